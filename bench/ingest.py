@@ -1,0 +1,152 @@
+"""End-to-end ingest throughput: turns/s through the real broker, processor and store, next to
+the embedder's own throughput measured in the same run.
+
+    python bench/ingest.py --embedder hash|minilm --turns N --json
+
+Starts a Tansu broker and a `memstream up` worker process, warms it up (consumer group joined,
+model loaded), produces N generated turns, and times until the worker has committed past the
+last one. Then stops the worker and counts what the units collection holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from memstream.broker import Broker, free_port
+from memstream.datasets import RawRecord
+from memstream.embedders import make_embedder
+from memstream.replay import replay
+from memstream.sample import generate
+from memstream.settings import Settings
+from memstream.store import open_store
+from memstream.units import UNITS, render_text
+
+
+def embedder_rate(settings: Settings, texts: list[str], repeat: int = 3) -> float:
+    """Best of ``repeat`` passes over ``texts`` in the pipeline's batch size (turns/s)."""
+    embedder = make_embedder(settings)
+    embedder.embed(texts[: settings.embed_batch_size])  # warm-up
+    best = 0.0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for i in range(0, len(texts), settings.batch_size):
+            embedder.embed(texts[i : i + settings.batch_size])
+        best = max(best, len(texts) / (time.perf_counter() - t0))
+    return best
+
+
+def run(embedder: str, turns: int, users: int) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
+    with Broker(free_port(), work / "tansu.log") as broker:
+        env = {
+            **os.environ,
+            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+            "MEMSTREAM_TANSU_QUIRKS": "true",
+            "MEMSTREAM_DATA_DIR": str(work / "data"),
+            "MEMSTREAM_EMBEDDER": embedder,
+            "MEMSTREAM_METRICS_PORT": str(free_port()),
+            "MEMSTREAM_LOG_LEVEL": "WARNING",
+        }
+        settings = Settings.from_env(env)
+        sample = list(islice(generate(users=users, days=365, tenant="bench"), turns + 50))
+        warm, main = sample[:50], sample[50 : 50 + turns]
+        texts = [render_text(t.messages) for t in main]
+
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memstream.cli", "up"],
+            env=env,
+            stdout=(work / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            warm_report = asyncio.run(
+                replay(
+                    settings,
+                    [RawRecord(t.key, t.to_bytes()) for t in warm],
+                    wait=True,
+                    wait_timeout=300,
+                    progress=False,
+                )
+            )
+            if not warm_report.processed:
+                raise SystemExit(f"worker never processed the warm-up turns; see {work / 'worker.log'}")
+            records = [RawRecord(t.key, t.to_bytes()) for t in main]
+            t0 = time.perf_counter()
+            report = asyncio.run(replay(settings, records, wait=True, wait_timeout=1800, progress=False))
+            elapsed = time.perf_counter() - t0
+            if not report.processed:
+                raise SystemExit(f"worker did not finish; see {work / 'worker.log'}")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+        store = open_store(settings)
+        keys: Counter[str] = Counter()
+        offset = None
+        while True:
+            page, offset = store.scroll(UNITS, None, 1000, offset)
+            keys.update(f"{h.payload['user_key']}/{h.payload['turn_id']}" for h in page)
+            if offset is None:
+                break
+        store.close()
+        expected = {f"{t.key}/{t.turn_id}" for t in main}
+        stored = sum(1 for k in keys if k in expected)
+        duplicates = sum(n - 1 for n in keys.values())
+
+        e2e = turns / elapsed
+        emb = embedder_rate(settings, texts)
+        return {
+            "embedder": embedder,
+            "turns": turns,
+            "users": users,
+            "end_to_end_turns_per_s": round(e2e, 1),
+            "embedder_turns_per_s": round(emb, 1),
+            "ratio": round(e2e / emb, 3),
+            "stored": stored,
+            "duplicates": duplicates,
+            "produce_turns_per_s": round(report.rate, 1),
+            "elapsed_s": round(elapsed, 2),
+            "batch_size": settings.batch_size,
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
+            f"{platform.python_version()}",
+        }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--embedder", choices=["hash", "minilm"], default="hash")
+    p.add_argument("--turns", type=int, default=10_000)
+    p.add_argument("--users", type=int, default=200)
+    p.add_argument("--json", action="store_true", help="print one JSON object (default: a readable line)")
+    args = p.parse_args()
+    result = run(args.embedder, args.turns, args.users)
+    if args.json:
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(
+            f"{result['embedder']}: {result['end_to_end_turns_per_s']:,.0f} turns/s end to end, embedder "
+            f"{result['embedder_turns_per_s']:,.0f} turns/s, ratio {result['ratio']:.2f}, stored "
+            f"{result['stored']}/{result['turns']}, duplicates {result['duplicates']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

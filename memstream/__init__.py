@@ -1,0 +1,3 @@
+"""memstream: event-streaming long-term memory for LLM agents."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,282 @@
+"""``memstream`` command line. Every command reads the same settings (``MEMSTREAM_*``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+
+from memstream.settings import Settings
+
+EPILOG = "Settings come from MEMSTREAM_* environment variables; `memstream config` lists them."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        settings = Settings()
+    except ValueError as exc:
+        print(f"memstream: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args, settings) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memstream",
+        description="Event-streaming long-term memory for LLM agents: turns flow through Kafka into a "
+        "recurrence-buffered Qdrant store; consolidation runs only when a topic recurs or a window closes.",
+        epilog=EPILOG,
+    )
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up", help="run the pipeline (embedded broker and store unless configured)", epilog=EPILOG
+    )
+    up.set_defaults(func=_cmd_up)
+
+    rp = sub.add_parser("replay", help="produce a conversation file to the turns topic", epilog=EPILOG)
+    rp.add_argument("file", type=Path)
+    rp.add_argument(
+        "--format", choices=["jsonl", "locomo"], default="jsonl", help="file format (default jsonl)"
+    )
+    rp.add_argument(
+        "--tenant", default="locomo", help="tenant for locomo files (jsonl lines carry their own)"
+    )
+    rp.add_argument("--wait", action="store_true", help="wait until the pipeline has processed every turn")
+    rp.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")
+    rp.set_defaults(func=_cmd_replay)
+
+    st = sub.add_parser(
+        "status", help="counts, lag, consolidation requests and windows of a running pipeline"
+    )
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_cmd_status)
+
+    br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
+    br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
+    br.set_defaults(func=_cmd_broker)
+
+    ca = sub.add_parser("calibrate", help="show the neighbour-similarity distribution and suggest theta_sim")
+    ca.add_argument("file", type=Path)
+    ca.add_argument("--format", choices=["jsonl", "locomo"], default="jsonl")
+    ca.add_argument("--json", action="store_true", help="print the report as JSON")
+    ca.set_defaults(func=_cmd_calibrate)
+
+    sc = sub.add_parser("schemas", help="JSON Schemas of the topic records")
+    scs = sc.add_subparsers(title="actions", metavar="ACTION")
+    ex = scs.add_parser("export", help="write schemas/json/*.schema.json from the models")
+    ex.add_argument("--check", action="store_true", help="fail if the committed files differ from the models")
+    ex.add_argument("--dir", type=Path, help="output directory (default: the package's schemas/json)")
+    ex.set_defaults(func=_cmd_schemas_export)
+
+    sa = sub.add_parser("sample", help="write the synthetic sample conversation set as JSONL")
+    sa.add_argument("out", type=Path)
+    sa.add_argument("--users", type=int, default=5)
+    sa.add_argument("--days", type=int, default=45)
+    sa.add_argument("--seed", type=int, default=7)
+    sa.set_defaults(func=_cmd_sample)
+
+    de = sub.add_parser("demo", help="run everything on the bundled sample set and print what happened")
+    de.add_argument("--file", type=Path, help="JSONL turns to replay (default: examples/sample.jsonl)")
+    de.set_defaults(func=_cmd_demo)
+
+    cf = sub.add_parser("config", help="list every setting with its environment variable and value")
+    cf.add_argument("--markdown", action="store_true", help="print the README table")
+    cf.set_defaults(func=_cmd_config)
+    return p
+
+
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.runtime import run_up
+
+    run_up(settings)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.datasets import read_records
+    from memstream.replay import replay
+
+    if not args.file.exists():
+        print(f"memstream: no such file: {args.file}", file=sys.stderr)
+        return 2
+    records = list(read_records(args.file, args.format, tenant=args.tenant))
+    report = asyncio.run(
+        replay(
+            settings,
+            records,
+            total=len(records),
+            wait=args.wait,
+            wait_timeout=args.timeout,
+            progress=sys.stderr.isatty(),
+        )
+    )
+    print(f"produced {report.produced} turns in {report.seconds:.2f}s ({report.rate:,.0f} turns/s)")
+    if report.processed is False:
+        print(f"memstream: not all turns were processed within {args.timeout:.0f}s", file=sys.stderr)
+        return 1
+    if report.processed:
+        print(f"processed by the pipeline after {report.wait_seconds:.2f}s more")
+    return 0
+
+
+def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{settings.metrics_port}/status"
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return dict(orjson.loads(resp.read()))
+
+
+def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        status = fetch_status(settings)
+    except (urllib.error.URLError, OSError) as exc:
+        print(
+            f"memstream: no pipeline answers on 127.0.0.1:{settings.metrics_port} ({exc}); "
+            "is `memstream up` running?",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_status(status))
+    return 0
+
+
+def render_status(status: dict[str, Any]) -> str:
+    def total(name: str) -> float:
+        return sum(status.get(name, {}).values())
+
+    lines = [
+        f"embedder {status['embedder']}  theta_sim {status['theta_sim']:.2f}  "
+        f"theta_count {status['theta_count']}",
+        f"units in store            {status['units_in_store']:>10,}",
+        f"turns ingested            {total('memstream_turns_ingested'):>10,.0f}",
+        f"units stored (new)        {total('memstream_units_stored'):>10,.0f}",
+        f"duplicates recognised     {total('memstream_duplicate_turns'):>10,.0f}",
+        f"consolidation requests    {total('memstream_consolidation_requests'):>10,.0f}",
+        f"late events               {total('memstream_late_events'):>10,.0f}",
+    ]
+    for label, n in sorted(status.get("memstream_windows_closed", {}).items()):
+        lines.append(f"windows closed {label:<18}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_dead_letters", {}).items()):
+        lines.append(f"dead letters {label:<20}{n:>8,.0f}")
+    lag = status.get("lag", {})
+    lines.append(f"consumer lag              {sum(lag.values()):>10,.0f}  ({len(lag)} partitions)")
+    return "\n".join(lines)
+
+
+def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    import time
+
+    from memstream.broker import Broker
+
+    with Broker(args.port or settings.embedded_broker_port) as broker:
+        print(f"Tansu broker on {broker.bootstrap} (memory storage); Ctrl-C stops it", flush=True)
+        while broker.proc and broker.proc.poll() is None:
+            time.sleep(0.5)
+    return 1  # the broker exited on its own
+
+
+def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.calibrate import calibrate, render
+    from memstream.datasets import read_turns
+    from memstream.embedders import make_embedder
+    from memstream.units import render_text
+
+    texts: dict[str, list[str]] = {}
+    for turn in sorted(read_turns(args.file, args.format), key=lambda t: t.ts):
+        texts.setdefault(turn.key, []).append(render_text(turn.messages))
+    embedder = make_embedder(settings)
+    report = calibrate(texts, embedder, settings.recurrence_top_k, settings.theta_count)
+    print(report.model_dump_json(indent=2) if args.json else render(report))
+    return 0
+
+
+def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.export import JSON_DIR, stale, write_all
+
+    directory = args.dir or JSON_DIR
+    if args.check:
+        bad = stale(directory)
+        if bad:
+            print(f"stale JSON Schemas (run `memstream schemas export`): {', '.join(bad)}", file=sys.stderr)
+            return 1
+        print("JSON Schemas match the models")
+        return 0
+    for path in write_all(directory):
+        print(path)
+    return 0
+
+
+def _cmd_sample(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.sample import generate
+
+    n = 0
+    with args.out.open("wb") as fh:
+        for turn in generate(users=args.users, days=args.days, seed=args.seed):
+            fh.write(turn.to_bytes() + b"\n")
+            n += 1
+    print(f"wrote {n} turns to {args.out}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.demo import SAMPLE, run_demo
+
+    sample = args.file or SAMPLE
+    if not sample.exists():
+        print(f"memstream: no such file: {sample} (write one with `memstream sample FILE`)", file=sys.stderr)
+        return 2
+    return run_demo(settings, sample)
+
+
+def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    rows = []
+    for name, f in Settings.model_fields.items():
+        ann = f.annotation
+        kind = (
+            " | ".join(repr(a) for a in get_args(ann))
+            if get_args(ann)
+            else getattr(ann, "__name__", str(ann))
+        )
+        default = f.default
+        rows.append(
+            (
+                f"MEMSTREAM_{name.upper()}",
+                kind.replace("<class '", "").replace("'>", ""),
+                default,
+                f.description or "",
+                getattr(settings, name),
+            )
+        )
+    if args.markdown:
+        print("| variable | type | default | meaning |\n| --- | --- | --- | --- |")
+        for var, kind, default, desc, _ in rows:
+            print(f"| `{var}` | {kind} | `{default}` | {desc} |")
+    else:
+        for var, _, _, desc, value in rows:
+            shown = "***" if "KEY" in var and value else value
+            print(f"{var:<36} {shown!s:<28} {desc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

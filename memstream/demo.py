@@ -1,0 +1,124 @@
+"""``memstream demo``: the whole pipeline on one machine, on a bundled conversation set.
+
+Starts ``memstream up`` (embedded Tansu broker, Qdrant Edge, the configured embedder) in a
+child process, replays the sample set, waits until every turn is processed and the idle
+windows have closed, prints what happened, and stops everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+from memstream.broker import free_port, port_open
+from memstream.datasets import read_records
+from memstream.replay import replay
+from memstream.settings import Settings
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample.jsonl"
+
+
+def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
+    from memstream.cli import render_status
+
+    data_dir = settings.data_dir / "demo"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    broker_port = (
+        settings.embedded_broker_port if not port_open(settings.embedded_broker_port) else free_port()
+    )
+    metrics_port = free_port()
+    env = {
+        **os.environ,
+        "MEMSTREAM_DATA_DIR": str(data_dir),
+        "MEMSTREAM_EMBEDDED_BROKER_PORT": str(broker_port),
+        "MEMSTREAM_METRICS_PORT": str(metrics_port),
+        "MEMSTREAM_IDLE_CLOSE_S": str(idle_close_s),
+        "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+        "MEMSTREAM_LOG_LEVEL": "WARNING",
+    }
+    env.pop("MEMSTREAM_BOOTSTRAP_SERVERS", None)
+    client = settings.model_copy(
+        update={
+            "bootstrap_servers": f"127.0.0.1:{broker_port}",
+            "metrics_port": metrics_port,
+            "tansu_quirks": True,
+        }
+    )
+    log = data_dir / "pipeline.log"
+    print(
+        f"starting the pipeline: embedded broker on 127.0.0.1:{broker_port}, store in {data_dir}, "
+        f"embedder {settings.embedder} (log: {log})",
+        flush=True,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstream.cli", "up"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait(lambda: _status(client) is not None, 120, "the pipeline to start", proc, log)
+        records = list(read_records(sample, "jsonl"))
+        print(f"replaying {len(records)} turns from {sample}", flush=True)
+        report = asyncio.run(
+            replay(
+                client, records, total=len(records), wait=True, wait_timeout=900, progress=sys.stderr.isatty()
+            )
+        )
+        print(
+            f"produced at {report.rate:,.0f} turns/s; processed {report.produced} turns "
+            f"{report.seconds + report.wait_seconds:.1f}s after the first was sent",
+            flush=True,
+        )
+        print(f"waiting {idle_close_s:.0f}s of quiet for the open windows to close ...", flush=True)
+        _wait(lambda: _idle_closed(client), 120, "idle windows to close", proc, log)
+        status = _status(client)
+        assert status is not None
+        print()
+        print(render_status(status))
+        print(
+            "\nEvery exchange is embedded and stored raw; no LLM ran. Consolidation requests mark topics "
+            "that recurred; closed windows are where TiMem summaries will be built."
+        )
+        return 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _status(settings: Settings) -> dict[str, Any] | None:
+    from memstream.cli import fetch_status
+
+    try:
+        return fetch_status(settings, timeout=2)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _idle_closed(settings: Settings) -> bool:
+    status = _status(settings) or {}
+    closed = status.get("memstream_windows_closed", {})
+    return any(label.endswith("/idle") for label in closed)
+
+
+def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the pipeline exited with code {proc.returncode}; see {log}")
+        if check():
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}; see {log}")

@@ -1,0 +1,25 @@
+"""The embedder protocol: texts in, L2-normalised float32 vectors out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    #: short stable name, e.g. ``minilm``; stored with vectors so mixed spaces are detected
+    name: str
+    #: vector dimension
+    dim: int
+    #: calibrated recurrence threshold for this embedder's cosine scale (see ``memstream calibrate``)
+    default_theta_sim: float
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Return an array of shape (len(texts), dim), rows L2-normalised. Empty input -> (0, dim)."""
+        ...

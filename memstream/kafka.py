@@ -1,0 +1,103 @@
+"""Small aiokafka adapters: topic creation, producing turns, and reading group progress.
+
+Progress is measured against the offsets our own sends returned and the group's committed
+offsets (``consumer.committed()``), never ``end_offsets``: Tansu, the test broker, reports
+wrong end offsets for multi-record batches, and committed offsets are what "processed" means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager, suppress
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from memstream.settings import Settings
+from schemas.topics import ALL_TOPICS
+
+
+async def ensure_topics(settings: Settings) -> None:
+    """Create every pipeline topic with the configured partitions; existing topics are kept."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.brokers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [
+            NewTopic(
+                settings.topic(spec.name), num_partitions=settings.topic_partitions, replication_factor=1
+            )
+            for spec in ALL_TOPICS
+            if settings.topic(spec.name) not in existing
+        ]
+        if missing:
+            with suppress(TopicAlreadyExistsError):  # another process won the race
+                await admin.create_topics(missing)
+    finally:
+        await admin.close()
+
+
+@asynccontextmanager
+async def producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
+    p = AIOKafkaProducer(
+        bootstrap_servers=settings.brokers,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=256 * 1024,
+        request_timeout_ms=30_000,
+    )
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()
+
+
+async def committed(settings: Settings, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Committed offsets of the pipeline's consumer group (-1 = nothing committed yet)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        out = {}
+        for p in partitions:
+            off = await consumer.committed(TopicPartition(topic, p))
+            out[p] = -1 if off is None else off
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def wait_processed(
+    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.5
+) -> bool:
+    """Wait until the group has committed past ``produced`` (partition -> last offset sent)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        done = await committed(settings, topic, produced)
+        if all(done[p] > last for p, last in produced.items()):
+            return True
+        await asyncio.sleep(poll)
+    return False
+
+
+async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
+    """Every record of ``topic`` from the beginning (for status and tests), until idle."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=settings.brokers, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        out: list[tuple[bytes | None, bytes]] = []
+        while True:
+            batch = await consumer.getmany(timeout_ms=int(idle_s * 1000))
+            if not batch:
+                return out
+            for msgs in batch.values():
+                out.extend((m.key, m.value) for m in msgs if m.value is not None)
+    finally:
+        await consumer.stop()

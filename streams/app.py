@@ -1,0 +1,154 @@
+"""The stream topology, declared in one place. It reads like the diagram in DESIGN.md:
+
+    [turns] --ingest--> units collection (Qdrant)
+                   \\--> [consolidation]   recurrence fired (RecMem)
+                   \\--> [windows]         session/day/week/month closed (TiMem)
+                   \\--> [dead-letter]     invalid input, with the reason
+    window-state table (per user, changelogged) <-- ingest, idle timer
+
+Consolidation consumers (``consumers/``) read [consolidation] and [windows] and write
+[memory.updates]; they join this topology as they are built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import faust
+import orjson
+from faust.types import EventT
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from memstream import metrics
+from memstream.settings import Settings
+from memstream.windows import UserWindows, close_idle
+from schemas.events import Record
+from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
+from streams.ingest import Incoming, IngestProcessor
+
+log = logging.getLogger("memstream.streams")
+
+
+def faust_settings(settings: Settings) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "broker": f"kafka://{settings.brokers}",
+        "store": "memory://",  # table state is rebuilt from its changelog topic
+        "topic_partitions": settings.topic_partitions,
+        "web_enabled": settings.metrics_port > 0,
+        "web_port": settings.metrics_port,
+        "web_bind": "127.0.0.1" if settings.bootstrap_servers is None else "0.0.0.0",
+        "web_host": "127.0.0.1",
+        "producer_acks": -1,
+        "consumer_auto_offset_reset": "earliest",
+        "topic_allow_declare": True,
+    }
+    if settings.tansu_quirks:
+        # Tansu (test/dev broker) reports wrong end offsets for multi-record batches and
+        # makes group joins wait half the rebalance timeout (DESIGN.md).
+        conf.update(
+            producer_max_batch_size=1,
+            broker_session_timeout=6,
+            broker_rebalance_timeout=6,
+            broker_heartbeat_interval=1,
+        )
+    return conf
+
+
+def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
+    app = faust.App(settings.app_id, **faust_settings(settings))
+
+    def topic(name: str) -> faust.TopicT:
+        return app.topic(
+            settings.topic(name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.topic_partitions,
+        )
+
+    topics = {spec.name: topic(spec.name) for spec in ALL_TOPICS}
+    # Per-user open windows. use_partitioner routes changelog records by key like the turns
+    # topic, so state stays co-partitioned with its user even when updated from the timer.
+    window_state = app.Table(
+        "window-state",
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=str,
+        value_type=None,
+        value_serializer="json",
+        use_partitioner=True,
+    )
+
+    async def publish(target: str, records: Sequence[Record]) -> None:
+        sent = [await topics[target].send(key=_key(r).encode(), value=r.to_bytes()) for r in records]
+        await asyncio.gather(*sent)  # delivered (acks=all) before the input offsets are acked
+
+    @app.agent(topics[TURNS.name])
+    async def ingest(stream: faust.StreamT) -> None:
+        # take_events (not take) keeps each record's partition and offset for dead letters.
+        batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
+        async for events in batches:
+            result = await processor.process([_incoming(e) for e in events], window_state)
+            await publish(CONSOLIDATION.name, result.consolidation)
+            await publish(WINDOWS.name, result.windows)
+            await publish(DEAD_LETTER.name, result.dead_letters)
+
+    @app.timer(settings.idle_check_interval_s)
+    async def close_idle_windows() -> None:
+        closed = []
+        now = processor.clock()
+        for key, raw in list(window_state.items()):
+            if not raw:
+                continue
+            state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
+            if done:
+                window_state[key] = state.to_json()
+                closed.extend(done)
+        for w in closed:
+            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
+        await publish(WINDOWS.name, closed)
+
+    @app.timer(5.0)
+    async def report_lag() -> None:
+        committed = app.monitor.tp_committed_offsets or {}
+        for tp in app.consumer.assignment():
+            if tp.topic != settings.topic(TURNS.name):
+                continue
+            high = app.consumer.highwater(tp)
+            done = committed.get(tp, -1) + 1
+            if high is not None:
+                metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
+
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"ok": True})
+
+    @app.page("/status")
+    async def status_page(web: Any, request: Any) -> Any:
+        lag = {
+            f"{s.labels['topic']}/{s.labels['partition']}": s.value
+            for m in metrics.CONSUMER_LAG.collect()
+            for s in m.samples
+        }
+        body = await asyncio.to_thread(processor.status)
+        return web.bytes(orjson.dumps({**body, "lag": lag}), content_type="application/json")
+
+    return app
+
+
+def _key(record: Record) -> str:
+    return getattr(record, "key", None) or ""
+
+
+def _incoming(event: EventT) -> Incoming:
+    msg = event.message
+    key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None
+    return Incoming(value=event.value, key=key, topic=msg.topic, partition=msg.partition, offset=msg.offset)

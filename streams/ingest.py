@@ -1,0 +1,267 @@
+"""The ingest processor: one batch of turn records in, stored units and events out.
+
+Per batch: validate -> semantic time -> embed -> upsert into ``units`` -> recurrence check ->
+window tracking. It is independent of faust (the topology in ``streams.app`` feeds it), so
+tests and benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
+redelivered turn is recognised by id and content hash, and a unit is marked
+``recurrence_checked`` only after its recurrence check ran, so a crash in between re-runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memstream import metrics
+from memstream.embedders.base import Embedder
+from memstream.recurrence import Neighbour, recurrence
+from memstream.semantic_time import extract_event_times
+from memstream.settings import Settings
+from memstream.store.base import CollectionSpec, Filter, Point, Range, VectorStore
+from memstream.units import TENANT_FIELD, UNITS, USER_FIELD, build_unit, unit_payload
+from memstream.windows import UserWindows, advance
+from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
+from streams.validation import Rejection, limits_from, validate, zone_of
+
+
+def units_spec(dim: int) -> CollectionSpec:
+    return CollectionSpec(
+        name=UNITS,
+        dim=dim,
+        keyword_fields=(USER_FIELD, "session_id", "kind"),
+        numeric_fields=("ts_epoch", "event_start_epoch", "event_end_epoch"),
+        tenant_field=TENANT_FIELD,
+    )
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A record as read from the turns topic."""
+
+    value: bytes | None
+    key: str | None
+    topic: str
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass
+class BatchResult:
+    stored: list[Unit] = field(default_factory=list)
+    duplicates: int = 0
+    consolidation: list[ConsolidationRequest] = field(default_factory=list)
+    windows: list[WindowClosed] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+class IngestProcessor:
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        store: VectorStore,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.store = store
+        self.clock = clock
+        self.theta_sim = settings.theta_sim if settings.theta_sim is not None else embedder.default_theta_sim
+        self.limits = limits_from(
+            settings.max_turn_bytes, settings.min_ts, settings.max_future_skew_s, settings.zone
+        )
+        self.session_gap = timedelta(seconds=settings.session_gap_s)
+        self.idle_close = timedelta(seconds=settings.idle_close_s)
+        self.late_tolerance = timedelta(seconds=settings.late_event_tolerance_s)
+        store.ensure_collection(units_spec(embedder.dim))
+
+    async def process(self, batch: Sequence[Incoming], window_state: MutableMapping[str, Any]) -> BatchResult:
+        """Process one batch. ``window_state`` maps ``tenant/user`` to the JSON of
+        :class:`UserWindows` (a faust table in the app, a dict in tests)."""
+        metrics.BATCH_SIZE.observe(len(batch))
+        result = BatchResult()
+        now = self.clock()
+        fresh = self._validate(batch, now, result)
+        # Store work is blocking (Edge in-process, or qdrant-client): keep it off the event loop.
+        checked = await asyncio.to_thread(self._store_and_check, fresh, result)
+        with metrics.STAGE_SECONDS.labels("windows").time():
+            self._track_windows(checked, window_state, now, result)
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """What the pipeline has done since this process started, and what the store holds."""
+        return {
+            "embedder": self.embedder.name,
+            "theta_sim": self.theta_sim,
+            "theta_count": self.settings.theta_count,
+            "units_in_store": self.store.count(UNITS),
+            **metrics.snapshot(),
+        }
+
+    # -- stages ------------------------------------------------------------------------
+
+    def _validate(
+        self, batch: Sequence[Incoming], now: float, result: BatchResult
+    ) -> list[tuple[Incoming, Unit]]:
+        """Valid turns as units (with semantic time), de-duplicated within the batch."""
+        units: dict[str, tuple[Incoming, Unit]] = {}
+        with metrics.STAGE_SECONDS.labels("validate").time():
+            wall = datetime.fromtimestamp(now, UTC)
+            for rec in batch:
+                turn = validate(rec.value, self.limits, wall)
+                if isinstance(turn, Rejection):
+                    result.dead_letters.append(self._dead_letter(rec, turn, now))
+                    continue
+                metrics.TURNS_INGESTED.labels(turn.tenant).inc()
+                unit = build_unit(turn, zone_of(turn, self.settings.zone), extract_event_times)
+                seen = units.get(unit.unit_id)
+                if seen is None:
+                    units[unit.unit_id] = (rec, unit)
+                elif seen[1].content_hash == unit.content_hash:
+                    result.duplicates += 1
+                else:
+                    result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
+        for _, unit in units.values():
+            for et in unit.event_times:
+                metrics.EVENT_TIMES.labels(et.granularity.value).inc()
+        return list(units.values())
+
+    def _store_and_check(self, fresh: list[tuple[Incoming, Unit]], result: BatchResult) -> list[Unit]:
+        """Upsert new units and run the recurrence check; return the units whose check ran now."""
+        if not fresh:
+            return []
+        now = self.clock()
+        existing = {h.id: h.payload for h in self.store.retrieve(UNITS, [u.unit_id for _, u in fresh])}
+        new: list[Unit] = []
+        unchecked: list[Unit] = []
+        for rec, unit in fresh:
+            prior = existing.get(unit.unit_id)
+            if prior is None:
+                new.append(unit)
+            elif prior.get("content_hash") != unit.content_hash:
+                result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
+            elif prior.get("recurrence_checked"):
+                result.duplicates += 1
+            else:
+                unchecked.append(unit)  # stored before a crash, recurrence not yet run
+        metrics.DUPLICATE_TURNS.inc(result.duplicates)
+        todo = sorted(new + unchecked, key=lambda u: u.ts)
+        if not todo:
+            return []
+
+        with (
+            metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
+            metrics.STAGE_SECONDS.labels("embed").time(),
+        ):
+            vectors = self.embedder.embed([u.text for u in todo])
+        with metrics.STAGE_SECONDS.labels("upsert").time():
+            by_id = {u.unit_id: v for u, v in zip(todo, vectors, strict=True)}
+            self.store.upsert(UNITS, [Point(u.unit_id, by_id[u.unit_id], unit_payload(u)) for u in new])
+        for u in new:
+            metrics.UNITS_STORED.labels(u.tenant).inc()
+        result.stored.extend(new)
+
+        with metrics.STAGE_SECONDS.labels("recurrence").time():
+            marked: set[str] = set()
+            for unit in todo:
+                cluster = recurrence(
+                    unit.unit_id,
+                    self._neighbours(unit, by_id[unit.unit_id], marked),
+                    self.theta_sim,
+                    self.settings.theta_count,
+                )
+                metrics.RECURRENCE_CHECKS.inc()
+                if cluster is None:
+                    continue
+                marked.update(cluster.unit_ids)
+                result.consolidation.append(
+                    ConsolidationRequest(
+                        request_id=cluster.request_id,
+                        tenant=unit.tenant,
+                        user_id=unit.user_id,
+                        trigger_unit_id=unit.unit_id,
+                        unit_ids=cluster.unit_ids,
+                        similarities=[round(s, 4) for s in cluster.similarities],
+                        theta_sim=self.theta_sim,
+                        theta_count=self.settings.theta_count,
+                        fired_at=unit.ts,
+                    )
+                )
+                metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
+            if marked:
+                self.store.set_payload(UNITS, sorted(marked), {"consolidated": True})
+            self.store.set_payload(UNITS, [u.unit_id for u in todo], {"recurrence_checked": True})
+        return todo
+
+    def _neighbours(self, unit: Unit, vector: Any, marked: set[str]) -> list[Neighbour]:
+        # Only earlier units count (dialogue time), so the outcome does not depend on batching.
+        hits = self.store.search(
+            UNITS,
+            vector,
+            self.settings.recurrence_top_k,
+            Filter(
+                equals={USER_FIELD: unit.key},
+                ranges={"ts_epoch": Range(lt=unit.ts.timestamp())},
+                exclude_ids=(unit.unit_id,),
+            ),
+        )
+        return [Neighbour(h.id, h.score, bool(h.payload.get("consolidated")) or h.id in marked) for h in hits]
+
+    def _track_windows(
+        self, units: list[Unit], state: MutableMapping[str, Any], now: float, result: BatchResult
+    ) -> None:
+        by_user: dict[str, UserWindows | None] = {}
+        for unit in units:  # already in dialogue-time order
+            key = unit.key
+            if key not in by_user:
+                raw = state.get(key)
+                by_user[key] = UserWindows.from_json(raw) if raw else None
+            before = by_user[key]
+            after, closed = advance(
+                before,
+                tenant=unit.tenant,
+                user_id=unit.user_id,
+                session_id=unit.session_id,
+                ts=unit.ts,
+                zone=unit.ts.tzinfo,  # type: ignore[arg-type]  # build_unit attaches a ZoneInfo
+                now=now,
+                session_gap=self.session_gap,
+                late_tolerance=self.late_tolerance,
+            )
+            if before is not None and after.late_events > before.late_events:
+                metrics.LATE_EVENTS.inc()
+            by_user[key] = after
+            result.windows.extend(closed)
+        # One state write per user per batch: each write is a changelog record.
+        for key, value in by_user.items():
+            if value is not None:
+                state[key] = value.to_json()
+        for w in result.windows:
+            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
+
+    def _dead_letter(self, rec: Incoming, why: Rejection, now: float) -> DeadLetter:
+        metrics.DEAD_LETTERS.labels(why.stage.value, why.reason).inc()
+        return DeadLetter(
+            original=rec.value or b"",
+            key=rec.key,
+            source_topic=rec.topic,
+            partition=rec.partition,
+            offset=rec.offset,
+            stage=why.stage,
+            reason=why.reason,
+            detail=why.detail,
+            at=datetime.fromtimestamp(now, UTC),
+        )
+
+
+def _reused(unit: Unit) -> Rejection:
+    return Rejection(
+        DeadLetterStage.IDEMPOTENCY,
+        "turn_id_reused",
+        f"turn_id {unit.turn_id!r} was already stored with different content "
+        "(a turn_id is an idempotency key)",
+    )

@@ -1,0 +1,115 @@
+"""Decide whether a record on the turns topic is a valid ``Turn``: pure, no I/O.
+
+Every rejection has a short machine-readable ``reason`` (the dead-letter metric label) and a
+human-readable ``detail``; the record itself is kept whole in the dead letter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+from pydantic import ValidationError
+
+from schemas.events import DeadLetterStage, Turn
+
+
+@dataclass(frozen=True)
+class Rejection:
+    stage: DeadLetterStage
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int
+    min_ts: datetime
+    max_future: timedelta
+    default_zone: ZoneInfo
+
+
+# pydantic error types -> our reasons; the first error decides.
+_REASONS = {
+    "missing": "missing_field",
+    "extra_forbidden": "unknown_field",
+    "string_too_long": "too_long",
+    "too_long": "too_long",
+    "too_short": "too_short",
+    "string_too_short": "too_short",
+    "datetime_parsing": "invalid_timestamp",
+    "datetime_from_date_parsing": "invalid_timestamp",
+    "datetime_type": "invalid_timestamp",
+    "string_pattern_mismatch": "invalid_identifier",
+}
+
+
+def _reason(err: ValidationError) -> tuple[str, str]:
+    first = err.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    kind = first["type"]
+    msg = first["msg"]
+    if kind == "value_error":
+        if "empty" in msg:
+            return "empty_text", f"{loc}: {msg}"
+        if "NUL" in msg:
+            return "control_characters", f"{loc}: {msg}"
+    reason = _REASONS.get(kind)
+    if reason is None:
+        reason = "wrong_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid"
+    if reason == "too_long" and loc.endswith("content"):
+        reason = "text_too_long"
+    return reason, f"{loc}: {msg}"
+
+
+def zone_of(turn: Turn, default: ZoneInfo) -> ZoneInfo:
+    return ZoneInfo(turn.timezone) if turn.timezone else default
+
+
+def validate(value: bytes | None, limits: Limits, now: datetime) -> Turn | Rejection:
+    """The turn, or why it is rejected. ``now`` is wall-clock time (aware)."""
+    if value is None:
+        return Rejection(DeadLetterStage.DECODE, "empty_record", "record has no value")
+    if len(value) > limits.max_bytes:
+        return Rejection(
+            DeadLetterStage.DECODE, "too_large", f"record is {len(value)} bytes, limit {limits.max_bytes}"
+        )
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        return Rejection(DeadLetterStage.DECODE, "malformed_json", str(exc)[:300])
+    if not isinstance(raw, dict):
+        return Rejection(
+            DeadLetterStage.DECODE, "not_an_object", f"expected a JSON object, got {type(raw).__name__}"
+        )
+    try:
+        turn = Turn.model_validate(raw)
+    except ValidationError as exc:
+        reason, detail = _reason(exc)
+        return Rejection(DeadLetterStage.VALIDATE, reason, detail[:500])
+    try:
+        zone = zone_of(turn, limits.default_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return Rejection(
+            DeadLetterStage.VALIDATE, "unknown_timezone", f"timezone {turn.timezone!r} is not an IANA zone"
+        )
+    ts = turn.ts.replace(tzinfo=zone) if turn.ts.tzinfo is None else turn.ts
+    if ts < limits.min_ts or ts > now + limits.max_future:
+        return Rejection(
+            DeadLetterStage.VALIDATE,
+            "timestamp_out_of_range",
+            f"ts {ts.isoformat()} is outside [{limits.min_ts.isoformat()}, now + {limits.max_future}]",
+        )
+    return turn
+
+
+def limits_from(max_bytes: int, min_ts: str, max_future_s: float, default_zone: ZoneInfo) -> Limits:
+    parsed = datetime.fromisoformat(min_ts)
+    return Limits(
+        max_bytes=max_bytes,
+        min_ts=parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC),
+        max_future=timedelta(seconds=max_future_s),
+        default_zone=default_zone,
+    )

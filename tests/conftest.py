@@ -1,0 +1,91 @@
+"""Shared fixtures: the real Tansu broker for the session, and `memstream up` worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memstream.broker import Broker, free_port
+from memstream.settings import Settings
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with Broker(free_port(), log) as b:
+        yield b
+
+
+@dataclass
+class Pipeline:
+    """A `memstream up` process against the test broker, with its own topics and data dir."""
+
+    settings: Settings
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Pipeline:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memstream.cli", "up"],
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-5000:]
+
+
+def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
+    run = uuid.uuid4().hex[:8]
+    env = {
+        **os.environ,
+        "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "MEMSTREAM_TANSU_QUIRKS": "true",
+        "MEMSTREAM_TOPIC_PREFIX": f"t{run}.",
+        "MEMSTREAM_APP_ID": f"memstream-test-{run}",
+        "MEMSTREAM_DATA_DIR": str(tmp / "data"),
+        "MEMSTREAM_METRICS_PORT": str(free_port()),
+        "MEMSTREAM_EMBEDDER": "hash",
+        "MEMSTREAM_TOPIC_PARTITIONS": "2",
+        "MEMSTREAM_BATCH_WITHIN_S": "0.1",
+        "MEMSTREAM_IDLE_CLOSE_S": "3",
+        "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+        "MEMSTREAM_LOG_LEVEL": "INFO",
+        **overrides,
+    }
+    settings = Settings.from_env(env)
+    return Pipeline(settings, env, tmp / "worker.log")
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -1,0 +1,369 @@
+"""One contract for every VectorStore adapter: Qdrant Edge on disk, and the server adapter on
+qdrant-client's local mode (the same client code paths, Qdrant's filter semantics, no server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pydantic
+import pytest
+from httpx import Headers
+from pydantic import SecretStr
+from qdrant_client import QdrantClient
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+import memstream
+from memstream.settings import Settings
+from memstream.store import (
+    CollectionSpec,
+    Filter,
+    Point,
+    Range,
+    StoreUnavailable,
+    VectorStore,
+    open_store,
+    qdrant_server,
+)
+from memstream.store.edge import EdgeStore
+from memstream.store.qdrant_server import QdrantServerStore
+
+# qdrant-client's local mode warns that payload indexes do nothing there; the contract still creates them.
+pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
+
+DIM = 8
+SPEC = CollectionSpec(
+    name="units", dim=DIM, keyword_fields=("user", "session"), numeric_fields=("ts",), tenant_field="tenant"
+)
+Vec = npt.NDArray[np.float32]
+
+
+def pid(n: int) -> str:
+    return str(uuid.UUID(int=n + 1))
+
+
+def unit(n: int) -> Vec:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[n % DIM] = 1.0
+    return v
+
+
+def rand_vecs(n: int, seed: int = 0) -> npt.NDArray[np.float32]:
+    return np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+
+
+def cosine(a: Vec, b: Vec) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def make_edge(tmp_path: Path) -> VectorStore:
+    return EdgeStore(tmp_path / "store")
+
+
+def make_local(tmp_path: Path) -> VectorStore:
+    return QdrantServerStore(QdrantClient(location=":memory:"))
+
+
+@pytest.fixture(params=[make_edge, make_local], ids=["edge", "qdrant-local"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    factory: Callable[[Path], VectorStore] = request.param
+    s = factory(tmp_path)
+    s.ensure_collection(SPEC)
+    yield s
+    s.close()
+
+
+def seed_users(store: VectorStore, users: int = 3, per_user: int = 10) -> dict[str, Vec]:
+    """Every user gets the same vectors, so only the filter can keep users apart."""
+    vecs = rand_vecs(per_user)
+    points, by_id = [], {}
+    for u in range(users):
+        for i in range(per_user):
+            point_id = pid(u * per_user + i)
+            payload = {"user": f"user-{u}", "tenant": f"t-{u % 2}", "ts": 1000 + i, "session": f"s-{i % 2}"}
+            points.append(Point(point_id, vecs[i], payload))
+            by_id[point_id] = vecs[i]
+    store.upsert(SPEC.name, points)
+    return by_id
+
+
+def test_satisfies_protocol(store: VectorStore) -> None:
+    assert isinstance(store, VectorStore)
+
+
+def test_ensure_collection_is_idempotent(store: VectorStore) -> None:
+    store.upsert(SPEC.name, [Point(pid(0), unit(0), {"user": "a"})])
+    store.ensure_collection(SPEC)
+    store.ensure_collection(SPEC)
+    assert store.count(SPEC.name) == 1
+
+
+def test_ensure_collection_rejects_another_dim(store: VectorStore) -> None:
+    with pytest.raises(ValueError, match="dim"):
+        store.ensure_collection(CollectionSpec(name=SPEC.name, dim=DIM * 2))
+
+
+def test_upsert_then_retrieve_round_trips_payload(store: VectorStore) -> None:
+    payload = {
+        "user": "a",
+        "ts": 1700000000,
+        "score": 0.25,
+        "text": "héllo ✓",
+        "tags": ["x", "y"],
+        "nested": {"spans": [[0, 3], [5, 9]], "meta": {"ok": True, "none": None}},
+    }
+    store.upsert(SPEC.name, [Point(pid(0), unit(0), payload)])
+    hits = store.retrieve(SPEC.name, [pid(0)])
+    assert [(h.id, h.payload) for h in hits] == [(pid(0), payload)]
+
+
+def test_retrieve_unknown_ids_returns_nothing(store: VectorStore) -> None:
+    store.upsert(SPEC.name, [Point(pid(0), unit(0), {"user": "a"})])
+    assert store.retrieve(SPEC.name, [pid(99), pid(98)]) == []
+    assert [h.id for h in store.retrieve(SPEC.name, [pid(99), pid(0)])] == [pid(0)]
+    assert store.retrieve(SPEC.name, []) == []
+
+
+def test_upsert_same_id_twice_is_one_point(store: VectorStore) -> None:
+    store.upsert(SPEC.name, [Point(pid(0), unit(0), {"user": "a", "v": 1})])
+    store.upsert(SPEC.name, [Point(pid(0), unit(1), {"user": "a", "v": 2})])
+    assert store.count(SPEC.name) == 1
+    assert store.retrieve(SPEC.name, [pid(0)])[0].payload == {"user": "a", "v": 2}
+    assert store.search(SPEC.name, unit(1), 1, Filter())[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_search_equality_filter_isolates_users(store: VectorStore) -> None:
+    seed_users(store)
+    for u in range(3):
+        for q in rand_vecs(5, seed=7):
+            hits = store.search(SPEC.name, q, 30, Filter(equals={"user": f"user-{u}"}))
+            assert len(hits) == 10
+            assert {h.payload["user"] for h in hits} == {f"user-{u}"}
+    hits = store.search(SPEC.name, unit(0), 30, Filter(equals={"tenant": "t-1", "session": "s-0"}))
+    assert len(hits) == 5
+    assert all(h.payload["user"] == "user-1" and h.payload["session"] == "s-0" for h in hits)
+    assert store.search(SPEC.name, unit(0), 10, Filter(equals={"user": "nobody"})) == []
+
+
+def test_search_numeric_range_is_gte_inclusive_lt_exclusive(store: VectorStore) -> None:
+    seed_users(store, users=1)
+    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1003, lt=1006)}))
+    assert sorted(h.payload["ts"] for h in hits) == [1003, 1004, 1005]
+    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(lt=1002)}))
+    assert sorted(h.payload["ts"] for h in hits) == [1000, 1001]
+    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1008.5)}))
+    assert sorted(h.payload["ts"] for h in hits) == [1009]
+
+
+def test_search_exclude_ids(store: VectorStore) -> None:
+    seed_users(store, users=1)
+    excluded = [pid(0), pid(3), pid(7)]
+    hits = store.search(SPEC.name, unit(0), 30, Filter(equals={"user": "user-0"}, exclude_ids=excluded))
+    assert len(hits) == 7
+    assert not {h.id for h in hits} & set(excluded)
+
+
+def test_search_scores_are_cosine_best_first(store: VectorStore) -> None:
+    by_id = seed_users(store, users=1)
+    query = rand_vecs(1, seed=3)[0]
+    hits = store.search(SPEC.name, query, 5, Filter(equals={"user": "user-0"}))
+    expected = sorted(by_id, key=lambda i: cosine(query, by_id[i]), reverse=True)[:5]
+    assert [h.id for h in hits] == expected
+    for h in hits:
+        assert h.score == pytest.approx(cosine(query, by_id[h.id]), abs=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # Identical direction scores ~1.0 whatever the length: cosine, not dot product.
+    target = pid(4)
+    top = store.search(SPEC.name, by_id[target] * 3.0, 1, Filter())[0]
+    assert top.id == target
+    assert top.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_set_payload_merges(store: VectorStore) -> None:
+    store.upsert(SPEC.name, [Point(pid(i), unit(i), {"user": "a", "v": 1, "keep": [1, 2]}) for i in range(3)])
+    store.set_payload(SPEC.name, [pid(0), pid(1)], {"v": 2, "state": {"merged": True}})
+    hits = {h.id: h.payload for h in store.retrieve(SPEC.name, [pid(0), pid(1), pid(2)])}
+    assert hits[pid(0)] == {"user": "a", "v": 2, "keep": [1, 2], "state": {"merged": True}}
+    assert hits[pid(1)] == hits[pid(0)]
+    assert hits[pid(2)] == {"user": "a", "v": 1, "keep": [1, 2]}
+
+
+def test_count_with_and_without_filter(store: VectorStore) -> None:
+    assert store.count(SPEC.name) == 0
+    seed_users(store)
+    assert store.count(SPEC.name) == 30
+    assert store.count(SPEC.name, Filter()) == 30
+    assert store.count(SPEC.name, Filter(equals={"user": "user-1"})) == 10
+    assert store.count(SPEC.name, Filter(equals={"tenant": "t-0"})) == 20
+    assert store.count(SPEC.name, Filter(equals={"tenant": "t-0"}, ranges={"ts": Range(gte=1005)})) == 10
+    assert store.count(SPEC.name, Filter(exclude_ids=[pid(0), pid(1)])) == 28
+
+
+@pytest.mark.parametrize("flt", [None, Filter(equals={"tenant": "t-0"})], ids=["all", "filtered"])
+def test_scroll_pages_through_everything_once(store: VectorStore, flt: Filter | None) -> None:
+    seed_users(store)
+    seen: list[str] = []
+    offset: str | None = None
+    pages = 0
+    while True:
+        hits, offset = store.scroll(SPEC.name, flt, 7, offset)
+        assert len(hits) <= 7
+        seen += [h.id for h in hits]
+        pages += 1
+        if offset is None:
+            break
+    expected = store.count(SPEC.name, flt)
+    assert len(seen) == len(set(seen)) == expected
+    assert pages == -(-expected // 7)
+    if flt is not None:
+        assert all(h.payload["tenant"] == "t-0" for h in store.retrieve(SPEC.name, seen))
+
+
+def test_delete_by_filter(store: VectorStore) -> None:
+    seed_users(store)
+    store.delete(SPEC.name, Filter(equals={"user": "user-1"}, ranges={"ts": Range(lt=1004)}))
+    assert store.count(SPEC.name, Filter(equals={"user": "user-1"})) == 6
+    assert store.count(SPEC.name) == 26
+    store.delete(SPEC.name, Filter(equals={"user": "user-2"}))
+    assert store.count(SPEC.name) == 16
+    assert store.search(SPEC.name, unit(0), 10, Filter(equals={"user": "user-2"})) == []
+
+
+def test_filter_rejects_booleans() -> None:
+    # Qdrant Edge 0.9 cannot match a stored boolean, so no adapter may accept one.
+    with pytest.raises(TypeError, match="bool"):
+        Filter(equals={"valid": True})
+
+
+# --- Qdrant Edge only: durability -------------------------------------------------------------
+
+
+def test_edge_reopens_from_disk(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path)
+    store.ensure_collection(SPEC)
+    seed_users(store)
+    store.close()
+
+    reopened = EdgeStore(tmp_path)
+    reopened.ensure_collection(SPEC)
+    assert reopened.count(SPEC.name) == 30
+    assert reopened.retrieve(SPEC.name, [pid(0)])[0].payload["user"] == "user-0"
+    assert len(reopened.search(SPEC.name, unit(0), 5, Filter(equals={"user": "user-2"}))) == 5
+    with pytest.raises(Exception, match="WouldBlock"):  # one opener per shard, even in one process
+        EdgeStore(tmp_path).ensure_collection(SPEC)
+    reopened.close()
+    with pytest.raises(ValueError, match="does not match"):
+        EdgeStore(tmp_path).ensure_collection(CollectionSpec(name=SPEC.name, dim=DIM * 2))
+
+
+def test_edge_wal_keeps_data_without_close(tmp_path: Path) -> None:
+    # A child process writes and dies without flush() or close(); only the WAL holds the points.
+    child = textwrap.dedent(
+        f"""
+        import os, sys, numpy as np
+        from pathlib import Path
+        from memstream.store import CollectionSpec, Point
+        from memstream.store.edge import EdgeStore
+        s = EdgeStore(Path(sys.argv[1]))
+        s.ensure_collection(CollectionSpec(name="units", dim={DIM}, keyword_fields=("user",)))
+        v = np.ones({DIM}, dtype=np.float32)
+        s.upsert("units", [Point("{pid(0)}", v, {{"user": "a"}}), Point("{pid(1)}", v, {{"user": "b"}})])
+        s.set_payload("units", ["{pid(1)}"], {{"late": 1}})
+        os._exit(0)
+        """
+    )
+    # The child must import this checkout's memstream even when it is not installed.
+    repo = str(Path(memstream.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-c", child, str(tmp_path)], check=True, timeout=60, env=env)
+
+    store = EdgeStore(tmp_path)
+    store.ensure_collection(CollectionSpec(name="units", dim=DIM, keyword_fields=("user",)))
+    assert store.count("units") == 2
+    assert store.retrieve("units", [pid(1)])[0].payload == {"user": "b", "late": 1}
+    store.close()
+
+
+def test_edge_unknown_collection_is_a_clear_error(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path)
+    with pytest.raises(LookupError, match="ensure_collection"):
+        store.count("missing")
+
+
+# --- server adapter only: outages become StoreUnavailable ------------------------------------
+
+
+class _RaisingClient:
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def count(self, *args: object, **kwargs: object) -> None:
+        raise self.exc
+
+
+def _response(status: int) -> UnexpectedResponse:
+    return UnexpectedResponse(status, "", b"{}", Headers())
+
+
+@pytest.mark.parametrize(
+    ("exc", "unavailable"),
+    [
+        (_response(503), True),
+        (_response(429), True),
+        (_response(400), False),
+        (_response(404), False),
+        (ResponseHandlingException(TimeoutError("read timed out")), True),
+        (ResponseHandlingException(pydantic.ValidationError.from_exception_data("x", [])), False),
+    ],
+    ids=["503", "429", "400", "404", "transport", "parse-error"],
+)
+def test_server_adapter_maps_outages(exc: Exception, unavailable: bool) -> None:
+    store = QdrantServerStore(_RaisingClient(exc))  # type: ignore[arg-type]
+    expected = StoreUnavailable if unavailable else type(exc)
+    with pytest.raises(expected):
+        store.count(SPEC.name)
+
+
+def test_server_adapter_unreachable_is_store_unavailable() -> None:
+    store = QdrantServerStore(QdrantClient(url="http://127.0.0.1:1", timeout=1, check_compatibility=False))
+    with pytest.raises(StoreUnavailable):
+        store.ensure_collection(SPEC)
+    store.close()
+
+
+# --- open_store ------------------------------------------------------------------------------
+
+
+def test_open_store_edge(tmp_path: Path) -> None:
+    store = open_store(Settings(data_dir=tmp_path))
+    assert isinstance(store, EdgeStore)
+    store.ensure_collection(SPEC)
+    store.close()
+    assert (tmp_path / "store" / SPEC.name).is_dir()
+
+
+def test_open_store_qdrant_needs_url(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="QDRANT_URL"):
+        open_store(Settings(data_dir=tmp_path, store="qdrant"))
+
+
+def test_open_store_qdrant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    client_kwargs: dict[str, object] = {}
+
+    def fake_client(**kwargs: object) -> object:
+        client_kwargs.update(kwargs)
+        return object()
+
+    monkeypatch.setattr(qdrant_server, "QdrantClient", fake_client)
+    url, key = "https://q.example:6333", SecretStr("secret")
+    settings = Settings(data_dir=tmp_path, store="qdrant", qdrant_url=url, qdrant_api_key=key)
+    assert isinstance(open_store(settings), QdrantServerStore)
+    assert client_kwargs["url"] == url
+    assert client_kwargs["api_key"] == "secret"
