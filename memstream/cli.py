@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import orjson
 
@@ -248,33 +248,23 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(settings, sample)
 
 
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("pathlib.", "").replace("pydantic.types.", "")
+
+
 def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
-    rows = []
-    for name, f in Settings.model_fields.items():
-        ann = f.annotation
-        kind = (
-            " | ".join(repr(a) for a in get_args(ann))
-            if get_args(ann)
-            else getattr(ann, "__name__", str(ann))
-        )
-        default = f.default
-        rows.append(
-            (
-                f"MEMSTREAM_{name.upper()}",
-                kind.replace("<class '", "").replace("'>", ""),
-                default,
-                f.description or "",
-                getattr(settings, name),
-            )
-        )
     if args.markdown:
         print("| variable | type | default | meaning |\n| --- | --- | --- | --- |")
-        for var, kind, default, desc, _ in rows:
-            print(f"| `{var}` | {kind} | `{default}` | {desc} |")
-    else:
-        for var, _, _, desc, value in rows:
-            shown = "***" if "KEY" in var and value else value
-            print(f"{var:<36} {shown!s:<28} {desc}")
+    for name, f in Settings.model_fields.items():
+        var = f"MEMSTREAM_{name.upper()}"
+        if args.markdown:
+            kind = _type_name(f.annotation).replace("|", "\\|")
+            print(f"| `{var}` | {kind} | `{f.default}` | {f.description} |")
+        else:
+            value = getattr(settings, name)
+            print(f"{var:<36} {'***' if 'KEY' in var and value else value!s:<28} {f.description}")
     return 0
 
 

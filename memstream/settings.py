@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     )
     idle_check_interval_s: float = Field(30, gt=0, description="how often idle windows are looked for")
     late_event_tolerance_s: float = Field(
-        0, ge=0, description="events older than the open window by more than this count as late"
+        0, ge=0, description="turns older than the user's latest dialogue time by more than this are late"
     )
 
     # --- ingest --------------------------------------------------------------------------
