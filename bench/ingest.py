@@ -27,16 +27,15 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from memstream.broker import Broker, free_port
 from memstream.datasets import RawRecord
 from memstream.embedders import make_embedder
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
-from memstream.store import open_store
+from memstream.store import open_store, scroll_all
 from memstream.units import UNITS, render_text
+from streams.ingest import units_spec
 
 
 def embedder_rate(settings: Settings, texts: list[str], repeat: int = 3) -> float:
@@ -97,14 +96,10 @@ def run(embedder: str, turns: int, users: int) -> dict[str, Any]:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
 
+        embedder_ = make_embedder(settings)
         store = open_store(settings)
-        keys: Counter[str] = Counter()
-        offset = None
-        while True:
-            page, offset = store.scroll(UNITS, None, 1000, offset)
-            keys.update(f"{h.payload['user_key']}/{h.payload['turn_id']}" for h in page)
-            if offset is None:
-                break
+        store.ensure_collection(units_spec(embedder_.dim))
+        keys = Counter(f"{h.payload['user_key']}/{h.payload['turn_id']}" for h in scroll_all(store, UNITS))
         store.close()
         expected = {f"{t.key}/{t.turn_id}" for t in main}
         stored = sum(1 for k in keys if k in expected)

@@ -16,6 +16,10 @@ UNITS = "units"
 # Payload fields the store indexes (see streams.ingest.UNITS_SPEC).
 USER_FIELD = "user_key"  # tenant/user_id: one keyword condition isolates a user across tenants
 TENANT_FIELD = "tenant"
+# RecMem buffer state: a unit is "buffered" until a consolidation request includes it.
+STATE_FIELD = "state"
+BUFFERED = "buffered"
+CONSOLIDATED = "consolidated"
 
 
 def render_text(messages: Sequence[Message]) -> str:
@@ -68,5 +72,5 @@ def unit_payload(unit: Unit) -> dict[str, Any]:
         payload["event_start_epoch"] = min(e.start.timestamp() for e in unit.event_times)
         payload["event_end_epoch"] = max(e.end.timestamp() for e in unit.event_times)
     payload["source_turn_ids"] = [unit.turn_id]
-    payload["consolidated"] = False
+    payload[STATE_FIELD] = BUFFERED
     return payload

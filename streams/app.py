@@ -77,9 +77,8 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         "window-state",
         default=None,
         partitions=settings.topic_partitions,
-        key_type=str,
-        value_type=None,
-        value_serializer="json",
+        key_type=bytes,  # raw tenant/user bytes: the same key, so the same partition, as the turns
+        value_type=None,  # JSON of memstream.windows.UserWindows
         use_partitioner=True,
     )
 

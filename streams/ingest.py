@@ -21,8 +21,17 @@ from memstream.embedders.base import Embedder
 from memstream.recurrence import Neighbour, recurrence
 from memstream.semantic_time import extract_event_times
 from memstream.settings import Settings
-from memstream.store.base import CollectionSpec, Filter, Point, Range, VectorStore
-from memstream.units import TENANT_FIELD, UNITS, USER_FIELD, build_unit, unit_payload
+from memstream.store.base import CollectionSpec, Filter, Point, Range, SearchQuery, VectorStore
+from memstream.units import (
+    BUFFERED,
+    CONSOLIDATED,
+    STATE_FIELD,
+    TENANT_FIELD,
+    UNITS,
+    USER_FIELD,
+    build_unit,
+    unit_payload,
+)
 from memstream.windows import UserWindows, advance
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
 from streams.validation import Rejection, limits_from, validate, zone_of
@@ -32,7 +41,7 @@ def units_spec(dim: int) -> CollectionSpec:
     return CollectionSpec(
         name=UNITS,
         dim=dim,
-        keyword_fields=(USER_FIELD, "session_id", "kind"),
+        keyword_fields=(USER_FIELD, STATE_FIELD, "session_id", "kind"),
         numeric_fields=("ts_epoch", "event_start_epoch", "event_end_epoch"),
         tenant_field=TENANT_FIELD,
     )
@@ -79,8 +88,10 @@ class IngestProcessor:
         self.late_tolerance = timedelta(seconds=settings.late_event_tolerance_s)
         store.ensure_collection(units_spec(embedder.dim))
 
-    async def process(self, batch: Sequence[Incoming], window_state: MutableMapping[str, Any]) -> BatchResult:
-        """Process one batch. ``window_state`` maps ``tenant/user`` to the JSON of
+    async def process(
+        self, batch: Sequence[Incoming], window_state: MutableMapping[bytes, Any]
+    ) -> BatchResult:
+        """Process one batch. ``window_state`` maps the ``tenant/user`` key bytes to the JSON of
         :class:`UserWindows` (a faust table in the app, a dict in tests)."""
         metrics.BATCH_SIZE.observe(len(batch))
         result = BatchResult()
@@ -166,16 +177,20 @@ class IngestProcessor:
         result.stored.extend(new)
 
         with metrics.STAGE_SECONDS.labels("recurrence").time():
+            neighbours = self.store.search_many(
+                UNITS, [self._neighbour_query(u, by_id[u.unit_id]) for u in todo]
+            )
             marked: set[str] = set()
-            for unit in todo:
+            for unit, hits in zip(todo, neighbours, strict=True):
+                # Marks made earlier in this batch are not in the store yet: apply them here.
                 cluster = recurrence(
                     unit.unit_id,
-                    self._neighbours(unit, by_id[unit.unit_id], marked),
+                    [Neighbour(h.id, h.score, h.id in marked) for h in hits],
                     self.theta_sim,
                     self.settings.theta_count,
                 )
                 metrics.RECURRENCE_CHECKS.inc()
-                if cluster is None:
+                if cluster is None or unit.unit_id in marked:
                     continue
                 marked.update(cluster.unit_ids)
                 result.consolidation.append(
@@ -193,30 +208,30 @@ class IngestProcessor:
                 )
                 metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
             if marked:
-                self.store.set_payload(UNITS, sorted(marked), {"consolidated": True})
+                self.store.set_payload(UNITS, sorted(marked), {STATE_FIELD: CONSOLIDATED})
             self.store.set_payload(UNITS, [u.unit_id for u in todo], {"recurrence_checked": True})
         return todo
 
-    def _neighbours(self, unit: Unit, vector: Any, marked: set[str]) -> list[Neighbour]:
-        # Only earlier units count (dialogue time), so the outcome does not depend on batching.
-        hits = self.store.search(
-            UNITS,
+    def _neighbour_query(self, unit: Unit, vector: Any) -> SearchQuery:
+        """RecMem's subconscious neighbourhood: the top-k *buffered* (not yet consolidated) units
+        of the same user that came earlier in dialogue time, so batching cannot change the result."""
+        return SearchQuery(
             vector,
             self.settings.recurrence_top_k,
             Filter(
-                equals={USER_FIELD: unit.key},
+                equals={USER_FIELD: unit.key, STATE_FIELD: BUFFERED},
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())},
                 exclude_ids=(unit.unit_id,),
             ),
+            with_payload=False,
         )
-        return [Neighbour(h.id, h.score, bool(h.payload.get("consolidated")) or h.id in marked) for h in hits]
 
     def _track_windows(
-        self, units: list[Unit], state: MutableMapping[str, Any], now: float, result: BatchResult
+        self, units: list[Unit], state: MutableMapping[bytes, Any], now: float, result: BatchResult
     ) -> None:
-        by_user: dict[str, UserWindows | None] = {}
+        by_user: dict[bytes, UserWindows | None] = {}
         for unit in units:  # already in dialogue-time order
-            key = unit.key
+            key = unit.key.encode()
             if key not in by_user:
                 raw = state.get(key)
                 by_user[key] = UserWindows.from_json(raw) if raw else None

@@ -20,10 +20,11 @@ from memstream.datasets import RawRecord, read_records
 from memstream.kafka import read_topic
 from memstream.replay import replay
 from memstream.sample import generate
-from memstream.store import open_store
+from memstream.store import open_store, scroll_all
 from memstream.units import UNITS
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, WindowClosed
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
+from streams.ingest import units_spec
 from tests.conftest import LOCOMO, Pipeline, make_pipeline, wait_for
 
 pytestmark = pytest.mark.integration
@@ -119,12 +120,8 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
     store = open_store(settings)
     try:
-        units, offset = [], None
-        while True:
-            page, offset = store.scroll(UNITS, None, 500, offset)
-            units.extend(h.payload for h in page)
-            if offset is None:
-                break
+        store.ensure_collection(units_spec(settings.hash_dim))
+        units = [h.payload for h in scroll_all(store, UNITS)]
     finally:
         store.close()
 

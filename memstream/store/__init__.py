@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memstream.store.base import CollectionSpec, Filter, Hit, Point, Range, StoreUnavailable, VectorStore
+from memstream.store.base import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Point,
+    Range,
+    SearchQuery,
+    StoreUnavailable,
+    VectorStore,
+    scroll_all,
+)
 
 if TYPE_CHECKING:
     from memstream.settings import Settings
@@ -15,9 +25,11 @@ __all__ = [
     "Hit",
     "Point",
     "Range",
+    "SearchQuery",
     "StoreUnavailable",
     "VectorStore",
     "open_store",
+    "scroll_all",
 ]
 
 

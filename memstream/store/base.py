@@ -51,12 +51,32 @@ class Hit:
 
 
 @dataclass(frozen=True)
+class SearchQuery:
+    vector: npt.NDArray[np.float32]
+    limit: int
+    flt: Filter
+    # True, False, or the payload fields to return: reading less payload makes a search cheaper.
+    with_payload: bool | Sequence[str] = True
+
+
+@dataclass(frozen=True)
 class CollectionSpec:
     name: str
     dim: int
     keyword_fields: Sequence[str] = ()  # exact-match indexes (user, session, ...)
     numeric_fields: Sequence[str] = ()  # range indexes (epoch seconds)
     tenant_field: str | None = None  # indexed as the tenant partition where the backend supports it
+
+
+def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, page: int = 1000) -> list[Hit]:
+    """Every point matching ``flt`` (payload only), page by page."""
+    out: list[Hit] = []
+    offset: str | None = None
+    while True:
+        hits, offset = store.scroll(collection, flt, page, offset)
+        out.extend(hits)
+        if offset is None:
+            return out
 
 
 class StoreUnavailable(RuntimeError):
@@ -73,8 +93,18 @@ class VectorStore(Protocol):
     def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
         """Points by id (score 0.0) with payload; unknown ids are left out."""
 
-    def search(self, collection: str, vector: npt.NDArray[np.float32], limit: int, flt: Filter) -> list[Hit]:
+    def search(
+        self,
+        collection: str,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        flt: Filter,
+        with_payload: bool | Sequence[str] = True,
+    ) -> list[Hit]:
         """Top ``limit`` by cosine among points matching ``flt``, best first."""
+
+    def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        """Several searches planned as one batch (one result list per query, in order)."""
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the payload of each point."""

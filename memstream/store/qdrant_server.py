@@ -19,7 +19,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memstream.store.base import CollectionSpec, Filter, Hit, Point, StoreUnavailable
+from memstream.store.base import CollectionSpec, Filter, Hit, Point, SearchQuery, StoreUnavailable
 
 _RETRYABLE_HTTP = frozenset({408, 429})
 _RETRYABLE_GRPC = frozenset(
@@ -114,12 +114,31 @@ class QdrantServerStore:
             records = self._client.retrieve(collection, list(ids), with_payload=True)
         return [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def search(self, collection: str, vector: npt.NDArray[np.float32], limit: int, flt: Filter) -> list[Hit]:
-        with _outage_as_unavailable():
-            response = self._client.query_points(
-                collection, vector.tolist(), query_filter=_to_qdrant(flt), limit=limit, with_payload=True
+    def search(
+        self,
+        collection: str,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        flt: Filter,
+        with_payload: bool | Sequence[str] = True,
+    ) -> list[Hit]:
+        return self.search_many(collection, [SearchQuery(vector, limit, flt, with_payload)])[0]
+
+    def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        if not queries:
+            return []
+        requests = [
+            models.QueryRequest(
+                query=q.vector.tolist(),
+                filter=_to_qdrant(q.flt),
+                limit=q.limit,
+                with_payload=q.with_payload if isinstance(q.with_payload, bool) else list(q.with_payload),
             )
-        return [Hit(str(p.id), p.score, p.payload or {}) for p in response.points]
+            for q in queries
+        ]
+        with _outage_as_unavailable():
+            responses = self._client.query_batch_points(collection, requests)
+        return [[Hit(str(p.id), p.score, p.payload or {}) for p in r.points] for r in responses]
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         if not ids:

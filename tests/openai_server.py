@@ -1,0 +1,178 @@
+"""A small, real-HTTP OpenAI-compatible server for tests (stdlib only).
+
+``with OpenAIServer() as server:`` serves on 127.0.0.1 (free port) in a thread; point a client at
+``server.base_url``. Every request is recorded in ``server.requests``. Scripted failures are
+queued with :meth:`OpenAIServer.fail` and consumed one per request, before the route runs:
+
+    server.fail(Failure(429, retry_after_s=0.01), Failure(500), Failure(delay_s=1.0))
+
+Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body); add
+``/v1/chat/completions`` there when a chat test server is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Json = dict[str, Any]
+Route = Callable[[Json], Json]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One scripted answer: wait ``delay_s``, then answer ``status`` with an error body
+    (and ``Retry-After-Ms`` if given), or answer normally when ``status`` is None (a delay
+    longer than the client's timeout makes the client time out)."""
+
+    status: int | None = None
+    retry_after_s: float | None = None
+    delay_s: float = 0.0
+
+
+class ApiError(Exception):
+    """Raised by a route: answered as an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def bag_of_words(text: str, dim: int) -> npt.NDArray[np.float32]:
+    """Deterministic stand-in embedding: signed hashed word counts, so shared words mean closeness."""
+    vec = np.zeros(dim, dtype=np.float32)
+    for word in re.findall(r"\w+", text.lower()) or [text]:
+        h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+        vec[h % dim] += 1.0 if h >> 63 else -1.0
+    return vec
+
+
+class OpenAIServer:
+    def __init__(self, dim: int = 32, embed: Callable[[str, int], npt.NDArray[np.float32]] = bag_of_words):
+        self.dim = dim
+        self.embed = embed
+        self.requests: list[tuple[str, Json]] = []
+        self.routes: dict[str, Route] = {"/v1/embeddings": self._embeddings}
+        self._failures: deque[Failure] = deque()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        # A short poll interval keeps shutdown (and so each test's teardown) fast.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_port}/v1"
+
+    def fail(self, *failures: Failure) -> None:
+        with self._lock:
+            self._failures.extend(failures)
+
+    def __enter__(self) -> OpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def record(self, path: str, body: Json) -> Failure | None:
+        """Record a request; the scripted failure to answer it with, if any."""
+        with self._lock:
+            self.requests.append((path, body))
+            return self._failures.popleft() if self._failures else None
+
+    def _embeddings(self, body: Json) -> Json:
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(t, str) and t for t in inputs):
+            raise ApiError(400, "'input' must be a non-empty string or a list of non-empty strings")
+        b64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(inputs):
+            vec = self.embed(text, self.dim).astype("<f4")
+            data.append(
+                {
+                    "object": "embedding",
+                    "index": i,
+                    "embedding": base64.b64encode(vec.tobytes()).decode() if b64 else vec.tolist(),
+                }
+            )
+        tokens = sum(len(t.split()) for t in inputs)
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", ""),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+
+def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, like the real API
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, _error(400, "body is not JSON"))
+                return
+            failure = server.record(self.path, body)
+            if failure is not None:
+                time.sleep(failure.delay_s)
+                if failure.status is not None:
+                    headers = {}
+                    if failure.retry_after_s is not None:
+                        headers["Retry-After-Ms"] = str(round(failure.retry_after_s * 1000))
+                    self._send(failure.status, _error(failure.status, "scripted failure"), headers)
+                    return
+            route = server.routes.get(self.path)
+            try:
+                if route is None:
+                    raise ApiError(404, f"no route {self.path}")
+                self._send(200, route(body))
+            except ApiError as exc:
+                self._send(exc.status, _error(exc.status, str(exc)))
+
+        def _send(self, status: int, payload: Json, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout test): nothing left to answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+    return Handler
+
+
+def _error(status: int, message: str) -> Json:
+    return {
+        "error": {"message": message, "type": "server_error" if status >= 500 else "invalid_request_error"}
+    }
