@@ -42,6 +42,15 @@ class Cluster:
         return str(uuid.uuid5(NAMESPACE, "consolidation/" + ",".join(sorted(self.unit_ids))))
 
 
+def top_k(candidates: Iterable[Neighbour], k: int) -> list[Neighbour]:
+    """The ``k`` most similar candidates, best first (one entry per unit id)."""
+    best: dict[str, Neighbour] = {}
+    for n in candidates:
+        if n.unit_id not in best or n.score > best[n.unit_id].score:
+            best[n.unit_id] = n
+    return sorted(best.values(), key=lambda n: -n.score)[:k]
+
+
 def recurrence(
     trigger_id: str, neighbours: Iterable[Neighbour], theta_sim: float, theta_count: int
 ) -> Cluster | None:

@@ -20,6 +20,8 @@ TENANT_FIELD = "tenant"
 STATE_FIELD = "state"
 BUFFERED = "buffered"
 CONSOLIDATED = "consolidated"
+# On a trigger unit: the ConsolidationRequest it fired, so a redelivery can publish it again.
+FIRED_FIELD = "fired_request"
 
 
 def render_text(messages: Sequence[Message]) -> str:

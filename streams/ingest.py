@@ -1,10 +1,10 @@
 """The ingest processor: one batch of turn records in, stored units and events out.
 
-Per batch: validate -> semantic time -> embed -> upsert into ``units`` -> recurrence check ->
+Per batch: validate -> semantic time -> embed -> recurrence check -> upsert into ``units`` ->
 window tracking. It is independent of faust (the topology in ``streams.app`` feeds it), so
 tests and benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
-redelivered turn is recognised by id and content hash, and a unit is marked
-``recurrence_checked`` only after its recurrence check ran, so a crash in between re-runs it.
+redelivered turn is recognised by id and content hash, and a unit is written together with the
+recurrence decision it took part in, so a redelivery can repeat that decision's effects.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memstream import metrics
-from memstream.embedders.base import Embedder
-from memstream.recurrence import Neighbour, recurrence
+from memstream.embedders.base import Embedder, Vectors
+from memstream.recurrence import Neighbour, recurrence, top_k
 from memstream.semantic_time import extract_event_times
 from memstream.settings import Settings
 from memstream.store.base import CollectionSpec, Filter, Point, Range, SearchQuery, VectorStore
 from memstream.units import (
     BUFFERED,
     CONSOLIDATED,
+    FIRED_FIELD,
     STATE_FIELD,
     TENANT_FIELD,
     UNITS,
@@ -142,75 +143,96 @@ class IngestProcessor:
         return list(units.values())
 
     def _store_and_check(self, fresh: list[tuple[Incoming, Unit]], result: BatchResult) -> list[Unit]:
-        """Upsert new units and run the recurrence check; return the units whose check ran now."""
+        """Run the recurrence check on new units, then store them with its outcome; return them.
+
+        Order matters for crash safety: new units are written *with* their decisions (state, and
+        the request a trigger fired), then older members are marked, then the caller publishes.
+        A redelivered unit found in the store re-publishes its request and re-applies the marks
+        (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
+        """
         if not fresh:
             return []
         now = self.clock()
         existing = {h.id: h.payload for h in self.store.retrieve(UNITS, [u.unit_id for _, u in fresh])}
         new: list[Unit] = []
-        unchecked: list[Unit] = []
+        replayed: list[ConsolidationRequest] = []
         for rec, unit in fresh:
             prior = existing.get(unit.unit_id)
             if prior is None:
                 new.append(unit)
             elif prior.get("content_hash") != unit.content_hash:
                 result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
-            elif prior.get("recurrence_checked"):
-                result.duplicates += 1
             else:
-                unchecked.append(unit)  # stored before a crash, recurrence not yet run
+                result.duplicates += 1
+                if prior.get(FIRED_FIELD):
+                    replayed.append(ConsolidationRequest.model_validate(prior[FIRED_FIELD]))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
-        todo = sorted(new + unchecked, key=lambda u: u.ts)
-        if not todo:
-            return []
+        new.sort(key=lambda u: u.ts)
 
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
             metrics.STAGE_SECONDS.labels("embed").time(),
         ):
-            vectors = self.embedder.embed([u.text for u in todo])
+            vectors = self.embedder.embed([u.text for u in new])
+
+        with metrics.STAGE_SECONDS.labels("recurrence").time():
+            fired = self._recurrence(new, vectors)
+        marked = {i for req in [*fired.values(), *replayed] for i in req.unit_ids}
+
         with metrics.STAGE_SECONDS.labels("upsert").time():
-            by_id = {u.unit_id: v for u, v in zip(todo, vectors, strict=True)}
-            self.store.upsert(UNITS, [Point(u.unit_id, by_id[u.unit_id], unit_payload(u)) for u in new])
+            points = []
+            for unit, vector in zip(new, vectors, strict=True):
+                payload = unit_payload(unit)
+                if unit.unit_id in marked:
+                    payload[STATE_FIELD] = CONSOLIDATED
+                if unit.unit_id in fired:
+                    payload[FIRED_FIELD] = fired[unit.unit_id].model_dump(mode="json")
+                points.append(Point(unit.unit_id, vector, payload))
+            self.store.upsert(UNITS, points)
+            older = sorted(marked - {u.unit_id for u in new})
+            if older:
+                self.store.set_payload(UNITS, older, {STATE_FIELD: CONSOLIDATED})
         for u in new:
             metrics.UNITS_STORED.labels(u.tenant).inc()
         result.stored.extend(new)
+        result.consolidation.extend([*replayed, *fired.values()])
+        return new
 
-        with metrics.STAGE_SECONDS.labels("recurrence").time():
-            neighbours = self.store.search_many(
-                UNITS, [self._neighbour_query(u, by_id[u.unit_id]) for u in todo]
+    def _recurrence(self, units: list[Unit], vectors: Vectors) -> dict[str, ConsolidationRequest]:
+        """Recurrence for units in dialogue-time order, as if checked one by one: each sees the
+        buffered earlier units in the store and the earlier units of this batch."""
+        from_store = self.store.search_many(
+            UNITS, [self._neighbour_query(u, v) for u, v in zip(units, vectors, strict=True)]
+        )
+        peers = _batch_peers(units, vectors)
+        marked: set[str] = set()
+        fired: dict[str, ConsolidationRequest] = {}
+        for i, unit in enumerate(units):
+            candidates = [Neighbour(h.id, h.score, h.id in marked) for h in from_store[i]]
+            candidates += [Neighbour(units[j].unit_id, s, units[j].unit_id in marked) for j, s in peers[i]]
+            metrics.RECURRENCE_CHECKS.inc()
+            cluster = recurrence(
+                unit.unit_id,
+                top_k(candidates, self.settings.recurrence_top_k),
+                self.theta_sim,
+                self.settings.theta_count,
             )
-            marked: set[str] = set()
-            for unit, hits in zip(todo, neighbours, strict=True):
-                # Marks made earlier in this batch are not in the store yet: apply them here.
-                cluster = recurrence(
-                    unit.unit_id,
-                    [Neighbour(h.id, h.score, h.id in marked) for h in hits],
-                    self.theta_sim,
-                    self.settings.theta_count,
-                )
-                metrics.RECURRENCE_CHECKS.inc()
-                if cluster is None or unit.unit_id in marked:
-                    continue
-                marked.update(cluster.unit_ids)
-                result.consolidation.append(
-                    ConsolidationRequest(
-                        request_id=cluster.request_id,
-                        tenant=unit.tenant,
-                        user_id=unit.user_id,
-                        trigger_unit_id=unit.unit_id,
-                        unit_ids=cluster.unit_ids,
-                        similarities=[round(s, 4) for s in cluster.similarities],
-                        theta_sim=self.theta_sim,
-                        theta_count=self.settings.theta_count,
-                        fired_at=unit.ts,
-                    )
-                )
-                metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
-            if marked:
-                self.store.set_payload(UNITS, sorted(marked), {STATE_FIELD: CONSOLIDATED})
-            self.store.set_payload(UNITS, [u.unit_id for u in todo], {"recurrence_checked": True})
-        return todo
+            if cluster is None:
+                continue
+            marked.update(cluster.unit_ids)
+            fired[unit.unit_id] = ConsolidationRequest(
+                request_id=cluster.request_id,
+                tenant=unit.tenant,
+                user_id=unit.user_id,
+                trigger_unit_id=unit.unit_id,
+                unit_ids=cluster.unit_ids,
+                similarities=[round(s, 4) for s in cluster.similarities],
+                theta_sim=self.theta_sim,
+                theta_count=self.settings.theta_count,
+                fired_at=unit.ts,
+            )
+            metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
+        return fired
 
     def _neighbour_query(self, unit: Unit, vector: Any) -> SearchQuery:
         """RecMem's subconscious neighbourhood: the top-k *buffered* (not yet consolidated) units
@@ -271,6 +293,21 @@ class IngestProcessor:
             detail=why.detail,
             at=datetime.fromtimestamp(now, UTC),
         )
+
+
+def _batch_peers(units: list[Unit], vectors: Vectors) -> list[list[tuple[int, float]]]:
+    """For each unit, the (index, cosine) of the same user's strictly earlier units in the batch."""
+    peers: list[list[tuple[int, float]]] = [[] for _ in units]
+    by_user: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        by_user.setdefault(u.key, []).append(i)
+    for idx in by_user.values():
+        if len(idx) < 2:
+            continue
+        sims = vectors[idx] @ vectors[idx].T
+        for a, i in enumerate(idx):
+            peers[i] = [(j, float(sims[a, b])) for b, j in enumerate(idx[:a]) if units[j].ts < units[i].ts]
+    return peers
 
 
 def _reused(unit: Unit) -> Rejection:
