@@ -184,15 +184,19 @@ def render_status(status: dict[str, Any]) -> str:
 
 
 def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
     import time
 
     from memstream.broker import Broker
 
+    # SIGTERM must unwind the `with` below, or the broker process would outlive us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with Broker(args.port or settings.embedded_broker_port) as broker:
         print(f"Tansu broker on {broker.bootstrap} (memory storage); Ctrl-C stops it", flush=True)
         while broker.proc and broker.proc.poll() is None:
             time.sleep(0.5)
-    return 1  # the broker exited on its own
+    print("memstream: the broker exited on its own", file=sys.stderr)
+    return 1
 
 
 def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:

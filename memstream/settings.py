@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # --- ingest --------------------------------------------------------------------------
     batch_size: int = Field(256, ge=1, description="turns per processing batch (faust take)")
     batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
+    commit_interval_s: float = Field(
+        1.0, gt=0, description="how often processed offsets are committed (redelivery window on a crash)"
+    )
     max_turn_bytes: int = Field(262_144, ge=1024, description="larger records are dead-lettered")
     max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")
     min_ts: str = Field("1970-01-01T00:00:00Z", description="earliest accepted dialogue time")

@@ -43,6 +43,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "web_host": "127.0.0.1",
         "producer_acks": -1,
         "consumer_auto_offset_reset": "earliest",
+        "broker_commit_interval": settings.commit_interval_s,
         "topic_allow_declare": True,
     }
     if settings.tansu_quirks:

@@ -42,8 +42,8 @@ def units_spec(dim: int) -> CollectionSpec:
     return CollectionSpec(
         name=UNITS,
         dim=dim,
-        keyword_fields=(USER_FIELD, STATE_FIELD, "session_id", "kind"),
-        numeric_fields=("ts_epoch", "event_start_epoch", "event_end_epoch"),
+        keyword_fields=(USER_FIELD, STATE_FIELD),
+        numeric_fields=("ts_epoch",),
         tenant_field=TENANT_FIELD,
     )
 
@@ -98,10 +98,17 @@ class IngestProcessor:
         result = BatchResult()
         now = self.clock()
         fresh = self._validate(batch, now, result)
-        # Store work is blocking (Edge in-process, or qdrant-client): keep it off the event loop.
-        checked = await asyncio.to_thread(self._store_and_check, fresh, result)
+        new, replayed = self._split_known(fresh, result, now)
+        with (
+            metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
+            metrics.STAGE_SECONDS.labels("embed").time(),
+        ):
+            # onnxruntime and HTTP release the GIL: the consumer keeps fetching meanwhile. Store
+            # calls stay on the loop: Qdrant Edge holds the GIL, a thread would only add switches.
+            vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in new])
+        self._record(new, vectors, replayed, result)
         with metrics.STAGE_SECONDS.labels("windows").time():
-            self._track_windows(checked, window_state, now, result)
+            self._track_windows(new, window_state, now, result)
         return result
 
     def status(self) -> dict[str, Any]:
@@ -142,17 +149,12 @@ class IngestProcessor:
                 metrics.EVENT_TIMES.labels(et.granularity.value).inc()
         return list(units.values())
 
-    def _store_and_check(self, fresh: list[tuple[Incoming, Unit]], result: BatchResult) -> list[Unit]:
-        """Run the recurrence check on new units, then store them with its outcome; return them.
-
-        Order matters for crash safety: new units are written *with* their decisions (state, and
-        the request a trigger fired), then older members are marked, then the caller publishes.
-        A redelivered unit found in the store re-publishes its request and re-applies the marks
-        (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
-        """
+    def _split_known(
+        self, fresh: list[tuple[Incoming, Unit]], result: BatchResult, now: float
+    ) -> tuple[list[Unit], list[ConsolidationRequest]]:
+        """New units (in dialogue-time order), and the requests that redelivered units fired."""
         if not fresh:
-            return []
-        now = self.clock()
+            return [], []
         existing = {h.id: h.payload for h in self.store.retrieve(UNITS, [u.unit_id for _, u in fresh])}
         new: list[Unit] = []
         replayed: list[ConsolidationRequest] = []
@@ -167,14 +169,18 @@ class IngestProcessor:
                 if prior.get(FIRED_FIELD):
                     replayed.append(ConsolidationRequest.model_validate(prior[FIRED_FIELD]))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
-        new.sort(key=lambda u: u.ts)
+        return sorted(new, key=lambda u: u.ts), replayed
 
-        with (
-            metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
-            metrics.STAGE_SECONDS.labels("embed").time(),
-        ):
-            vectors = self.embedder.embed([u.text for u in new])
+    def _record(
+        self, new: list[Unit], vectors: Vectors, replayed: list[ConsolidationRequest], result: BatchResult
+    ) -> None:
+        """Run the recurrence check on new units, then store them with its outcome.
 
+        Order matters for crash safety: new units are written *with* their decisions (state, and
+        the request a trigger fired), then older members are marked, then the caller publishes.
+        A redelivered unit found in the store re-publishes its request and re-applies the marks
+        (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
+        """
         with metrics.STAGE_SECONDS.labels("recurrence").time():
             fired = self._recurrence(new, vectors)
         marked = {i for req in [*fired.values(), *replayed] for i in req.unit_ids}
@@ -196,7 +202,6 @@ class IngestProcessor:
             metrics.UNITS_STORED.labels(u.tenant).inc()
         result.stored.extend(new)
         result.consolidation.extend([*replayed, *fired.values()])
-        return new
 
     def _recurrence(self, units: list[Unit], vectors: Vectors) -> dict[str, ConsolidationRequest]:
         """Recurrence for units in dialogue-time order, as if checked one by one: each sees the
