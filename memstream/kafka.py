@@ -72,7 +72,7 @@ async def committed(settings: Settings, topic: str, partitions: Iterable[int]) -
 
 
 async def wait_processed(
-    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.5
+    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.2
 ) -> bool:
     """Wait until the group has committed past ``produced`` (partition -> last offset sent)."""
     loop = asyncio.get_running_loop()

@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(256, ge=1, description="turns per processing batch (faust take)")
     batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
     commit_interval_s: float = Field(
-        1.0, gt=0, description="how often processed offsets are committed (redelivery window on a crash)"
+        0.5, gt=0, description="how often processed offsets are committed (redelivery window on a crash)"
     )
     max_turn_bytes: int = Field(262_144, ge=1024, description="larger records are dead-lettered")
     max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")

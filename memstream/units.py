@@ -49,7 +49,8 @@ def dialogue_time(turn: Turn, zone: ZoneInfo) -> datetime:
 def build_unit(turn: Turn, zone: ZoneInfo, extract: Callable[[str, datetime], list[EventTime]]) -> Unit:
     when = dialogue_time(turn, zone)
     text = render_text(turn.messages)
-    return Unit(
+    # Every field comes from an already validated Turn: construct without validating again.
+    return Unit.model_construct(
         unit_id=unit_id_for(turn.tenant, turn.user_id, turn.turn_id),
         tenant=turn.tenant,
         user_id=turn.user_id,

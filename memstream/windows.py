@@ -17,7 +17,7 @@ and summarizers read units by interval, so a late unit still lands in its day/we
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -76,10 +76,14 @@ class UserWindows:
 
 
 def _window_json(w: Window) -> dict[str, Any]:
-    d = asdict(w)
-    for k in ("start", "end", "first_ts", "last_ts"):
-        d[k] = d[k].isoformat()
-    return d
+    return {
+        "start": w.start.isoformat(),
+        "end": w.end.isoformat(),
+        "first_ts": w.first_ts.isoformat(),
+        "last_ts": w.last_ts.isoformat(),
+        "events": w.events,
+        "session_id": w.session_id,
+    }
 
 
 def _window_from_json(d: dict[str, Any]) -> Window:

@@ -99,14 +99,17 @@ class IngestProcessor:
         now = self.clock()
         fresh = self._validate(batch, now, result)
         new, replayed = self._split_known(fresh, result, now)
-        with (
-            metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
-            metrics.STAGE_SECONDS.labels("embed").time(),
-        ):
-            # onnxruntime and HTTP release the GIL: the consumer keeps fetching meanwhile. Store
-            # calls stay on the loop: Qdrant Edge holds the GIL, a thread would only add switches.
-            vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in new])
-        self._record(new, vectors, replayed, result)
+        # Pipelined in chunks: the embedder (onnxruntime or HTTP, both release the GIL) works on
+        # chunk k+1 in a thread while chunk k is checked and stored here. Chunks are recorded in
+        # order, so each one sees every earlier unit, as if units were handled one by one.
+        size = self.settings.embed_batch_size
+        chunks = [new[i : i + size] for i in range(0, len(new), size)] or [[]]
+        pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[0]))
+        for k, chunk in enumerate(chunks):
+            vectors = await pending
+            if k + 1 < len(chunks):
+                pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[k + 1]))
+            self._record(chunk, vectors, replayed if k == 0 else [], result)
         with metrics.STAGE_SECONDS.labels("windows").time():
             self._track_windows(new, window_state, now, result)
         return result
@@ -170,6 +173,13 @@ class IngestProcessor:
                     replayed.append(ConsolidationRequest.model_validate(prior[FIRED_FIELD]))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         return sorted(new, key=lambda u: u.ts), replayed
+
+    def _embed(self, units: list[Unit]) -> Vectors:
+        with (
+            metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
+            metrics.STAGE_SECONDS.labels("embed").time(),
+        ):
+            return self.embedder.embed([u.text for u in units])
 
     def _record(
         self, new: list[Unit], vectors: Vectors, replayed: list[ConsolidationRequest], result: BatchResult
