@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memstream: invalid settings: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return int(args.func(args, settings) or 0)
     except KeyboardInterrupt:

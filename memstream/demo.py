@@ -80,7 +80,8 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
             flush=True,
         )
         print(f"waiting {idle_close_s:.0f}s of quiet for the open windows to close ...", flush=True)
-        _wait(lambda: _idle_closed(client), 120, "idle windows to close", proc, log)
+        users = len({r.key for r in records})
+        _wait(lambda: _idle_sessions(client) >= users, 120, "idle windows to close", proc, log)
         status = _status(client)
         assert status is not None
         print()
@@ -107,10 +108,10 @@ def _status(settings: Settings) -> dict[str, Any] | None:
         return None
 
 
-def _idle_closed(settings: Settings) -> bool:
+def _idle_sessions(settings: Settings) -> float:
+    """Sessions closed by idleness: every user's last session ends that way."""
     status = _status(settings) or {}
-    closed = status.get("memstream_windows_closed", {})
-    return any(label.endswith("/idle") for label in closed)
+    return float(status.get("memstream_windows_closed", {}).get("session/idle", 0))
 
 
 def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -36,7 +36,9 @@ CONSOLIDATION_REQUESTS = Counter(
 WINDOWS_CLOSED = Counter("memstream_windows_closed", "Windows closed", ["level", "reason"])
 LATE_EVENTS = Counter("memstream_late_events", "Turns older than their user's latest dialogue time")
 CONSUMER_LAG = Gauge(
-    "memstream_consumer_lag", "Records behind the partition's high watermark", ["topic", "partition"]
+    "memstream_consumer_lag",
+    "Records on the partition not yet read by the ingest agent",
+    ["topic", "partition"],
 )
 
 

@@ -114,12 +114,12 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
 
     @app.timer(5.0)
     async def report_lag() -> None:
-        committed = app.monitor.tp_committed_offsets or {}
+        read = app.monitor.tp_read_offsets or {}
         for tp in app.consumer.assignment():
             if tp.topic != settings.topic(TURNS.name):
                 continue
             high = app.consumer.highwater(tp)
-            done = committed.get(tp, -1) + 1
+            done = read.get(tp, -1) + 1
             if high is not None:
                 metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
 
