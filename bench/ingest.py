@@ -34,7 +34,7 @@ from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import open_store, scroll_all
-from memstream.units import UNITS, render_text
+from memstream.units import UNITS, render_text, unit_from_payload
 from streams.ingest import units_spec
 
 
@@ -99,7 +99,8 @@ def run(embedder: str, turns: int, users: int) -> dict[str, Any]:
         embedder_ = make_embedder(settings)
         store = open_store(settings)
         store.ensure_collection(units_spec(embedder_.dim))
-        keys = Counter(f"{h.payload['user_key']}/{h.payload['turn_id']}" for h in scroll_all(store, UNITS))
+        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
+        keys = Counter(f"{u.key}/{u.turn_id}" for u in units)
         store.close()
         expected = {f"{t.key}/{t.turn_id}" for t in main}
         stored = sum(1 for k in keys if k in expected)

@@ -31,6 +31,7 @@ from memstream.units import (
     UNITS,
     USER_FIELD,
     build_unit,
+    unit_from_payload,
     unit_payload,
 )
 from memstream.windows import UserWindows, advance
@@ -165,12 +166,12 @@ class IngestProcessor:
             prior = existing.get(unit.unit_id)
             if prior is None:
                 new.append(unit)
-            elif prior.get("content_hash") != unit.content_hash:
+            elif unit_from_payload(prior).content_hash != unit.content_hash:
                 result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
             else:
                 result.duplicates += 1
                 if prior.get(FIRED_FIELD):
-                    replayed.append(ConsolidationRequest.model_validate(prior[FIRED_FIELD]))
+                    replayed.append(ConsolidationRequest.model_validate_json(prior[FIRED_FIELD]))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         return sorted(new, key=lambda u: u.ts), replayed
 
@@ -202,7 +203,7 @@ class IngestProcessor:
                 if unit.unit_id in marked:
                     payload[STATE_FIELD] = CONSOLIDATED
                 if unit.unit_id in fired:
-                    payload[FIRED_FIELD] = fired[unit.unit_id].model_dump(mode="json")
+                    payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
                 points.append(Point(unit.unit_id, vector, payload))
             self.store.upsert(UNITS, points)
             older = sorted(marked - {u.unit_id for u in new})

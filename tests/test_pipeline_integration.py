@@ -21,8 +21,8 @@ from memstream.kafka import read_topic
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.store import open_store, scroll_all
-from memstream.units import UNITS
-from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, WindowClosed
+from memstream.units import UNITS, unit_from_payload
+from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
 from streams.ingest import units_spec
 from tests.conftest import LOCOMO, Pipeline, make_pipeline, wait_for
@@ -70,7 +70,7 @@ BAD_INPUTS: list[tuple[str, bytes]] = [
 class Run:
     pipeline: Pipeline
     expected: dict[str, Turn]  # unit payload key -> turn
-    units: list[dict[str, object]]
+    units: list[Unit]
     consolidation: list[ConsolidationRequest]
     windows: list[WindowClosed]
     dead_letters: list[DeadLetter]
@@ -121,7 +121,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     store = open_store(settings)
     try:
         store.ensure_collection(units_spec(settings.hash_dim))
-        units = [h.payload for h in scroll_all(store, UNITS)]
+        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
     finally:
         store.close()
 
@@ -139,28 +139,28 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def test_every_turn_is_stored_exactly_once(run: Run) -> None:
-    keys = Counter(f"{u['tenant']}/{u['user_id']}/{u['turn_id']}" for u in run.units)
+    keys = Counter(f"{u.key}/{u.turn_id}" for u in run.units)
     assert set(keys) == set(run.expected)
     assert max(keys.values()) == 1
     assert len(run.units) == len(run.expected)
 
 
 def test_units_carry_text_time_and_event_times(run: Run) -> None:
-    by_key = {f"{u['tenant']}/{u['user_id']}/{u['turn_id']}": u for u in run.units}
+    by_key = {f"{u.key}/{u.turn_id}": u for u in run.units}
     for key, t in run.expected.items():
         unit = by_key[key]
-        assert unit["session_id"] == t.session_id
-        assert str(unit["text"]).endswith(t.messages[-1].content)
-    with_times = [u for u in run.units if u["event_times"]]
+        assert unit.session_id == t.session_id
+        assert unit.text.endswith(t.messages[-1].content)
+    with_times = [u for u in run.units if u.event_times]
     assert len(with_times) > len(run.units) * 0.2  # the generated set mentions times often
 
 
 def test_consolidation_requests_fire_per_user_on_recurring_topics(run: Run) -> None:
     assert run.consolidation
-    stored = {u["unit_id"]: u for u in run.units}
+    stored = {u.unit_id: u for u in run.units}
     for req in run.consolidation:
         members = [stored[i] for i in req.unit_ids]
-        assert {m["user_id"] for m in members} == {req.user_id}  # never across users
+        assert {m.user_id for m in members} == {req.user_id}  # never across users
         assert len(req.unit_ids) >= req.theta_count + 1
         assert all(s >= req.theta_sim for s in req.similarities)
     # The same unit never triggers twice, and no cluster fires twice.
@@ -191,9 +191,9 @@ def test_each_bad_input_is_dead_lettered_with_its_reason(run: Run) -> None:
 def test_reused_turn_id_is_dead_lettered_never_overwritten(run: Run) -> None:
     reused = [d for d in run.dead_letters if d.reason == "turn_id_reused"]
     assert len(reused) == 2  # one within a batch, one against the stored unit
-    by_key = {f"{u['tenant']}/{u['user_id']}/{u['turn_id']}": u for u in run.units}
-    assert "hiking" in str(by_key["bad/mallory/good-0"]["text"])
-    assert "hiking" in str(by_key["bad/mallory/good-2"]["text"])
+    by_key = {f"{u.key}/{u.turn_id}": u for u in run.units}
+    assert "hiking" in by_key["bad/mallory/good-0"].text
+    assert "hiking" in by_key["bad/mallory/good-2"].text
 
 
 def test_redelivered_turns_are_not_dead_letters(run: Run) -> None:
