@@ -3,9 +3,10 @@ the embedder's own throughput measured in the same run.
 
     python bench/ingest.py --embedder hash|minilm --turns N --json
 
-Starts a Tansu broker and a `memstream up` worker process, warms it up (consumer group joined,
-model loaded), produces N generated turns, and times until the worker has committed past the
-last one. Then stops the worker and counts what the units collection holds.
+Each run starts a Tansu broker and a `memstream up` worker process, warms it up (consumer group
+joined, model loaded), produces N generated turns, and times until the worker has committed past
+the last one; then stops the worker, counts what the units collection holds, and measures the
+embedder alone on the same texts. Medians over --repeat runs, and the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,20 +40,17 @@ from memstream.units import UNITS, render_text, unit_from_payload
 from streams.ingest import units_spec
 
 
-def embedder_rate(settings: Settings, texts: list[str], repeat: int = 3) -> float:
-    """Best of ``repeat`` passes over ``texts`` in the pipeline's batch size (turns/s)."""
+def embedder_rate(settings: Settings, texts: list[str]) -> float:
+    """The embedder alone over ``texts``, in calls of the pipeline's batch size (turns/s)."""
     embedder = make_embedder(settings)
     embedder.embed(texts[: settings.embed_batch_size])  # warm-up
-    best = 0.0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for i in range(0, len(texts), settings.batch_size):
-            embedder.embed(texts[i : i + settings.batch_size])
-        best = max(best, len(texts) / (time.perf_counter() - t0))
-    return best
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), settings.batch_size):
+        embedder.embed(texts[i : i + settings.batch_size])
+    return len(texts) / (time.perf_counter() - t0)
 
 
-def run(embedder: str, turns: int, users: int) -> dict[str, Any]:
+def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
     with Broker(free_port(), work / "tansu.log") as broker:
         env = {
@@ -106,24 +105,46 @@ def run(embedder: str, turns: int, users: int) -> dict[str, Any]:
         stored = sum(1 for k in keys if k in expected)
         duplicates = sum(n - 1 for n in keys.values())
 
-        e2e = turns / elapsed
-        emb = embedder_rate(settings, texts)
         return {
-            "embedder": embedder,
-            "turns": turns,
-            "users": users,
-            "end_to_end_turns_per_s": round(e2e, 1),
-            "embedder_turns_per_s": round(emb, 1),
-            "ratio": round(e2e / emb, 3),
+            "end_to_end_turns_per_s": round(turns / elapsed, 1),
+            "embedder_turns_per_s": round(embedder_rate(settings, texts), 1),
             "stored": stored,
             "duplicates": duplicates,
             "produce_turns_per_s": round(report.rate, 1),
             "elapsed_s": round(elapsed, 2),
             "batch_size": settings.batch_size,
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
-            f"{platform.python_version()}",
         }
+
+
+def run(embedder: str, turns: int, users: int, repeat: int) -> dict[str, Any]:
+    """``repeat`` fresh runs (broker, worker, store); medians, and the ratio of the medians."""
+    runs = []
+    for i in range(repeat):
+        runs.append(run_once(embedder, turns, users))
+        r = runs[-1]
+        print(
+            f"run {i + 1}/{repeat}: {r['end_to_end_turns_per_s']:,.0f} turns/s end to end, embedder "
+            f"{r['embedder_turns_per_s']:,.0f} turns/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    e2e = statistics.median(r["end_to_end_turns_per_s"] for r in runs)
+    emb = statistics.median(r["embedder_turns_per_s"] for r in runs)
+    return {
+        "embedder": embedder,
+        "turns": turns,
+        "users": users,
+        "repeat": repeat,
+        "end_to_end_turns_per_s": e2e,
+        "embedder_turns_per_s": emb,
+        "ratio": round(e2e / emb, 3),
+        "stored": min(r["stored"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "runs": runs,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+    }
 
 
 def main() -> None:
@@ -131,9 +152,10 @@ def main() -> None:
     p.add_argument("--embedder", choices=["hash", "minilm"], default="hash")
     p.add_argument("--turns", type=int, default=10_000)
     p.add_argument("--users", type=int, default=200)
+    p.add_argument("--repeat", type=int, default=3, help="fresh runs; medians are reported (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a readable line)")
     args = p.parse_args()
-    result = run(args.embedder, args.turns, args.users)
+    result = run(args.embedder, args.turns, args.users, args.repeat)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:

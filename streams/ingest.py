@@ -62,7 +62,8 @@ class Incoming:
 
 @dataclass
 class BatchResult:
-    stored: list[Unit] = field(default_factory=list)
+    """What a batch produced, for the caller to publish."""
+
     duplicates: int = 0
     consolidation: list[ConsolidationRequest] = field(default_factory=list)
     windows: list[WindowClosed] = field(default_factory=list)
@@ -211,7 +212,6 @@ class IngestProcessor:
                 self.store.set_payload(UNITS, older, {STATE_FIELD: CONSOLIDATED})
         for u in new:
             metrics.UNITS_STORED.labels(u.tenant).inc()
-        result.stored.extend(new)
         result.consolidation.extend([*replayed, *fired.values()])
 
     def _recurrence(self, units: list[Unit], vectors: Vectors) -> dict[str, ConsolidationRequest]:
