@@ -29,7 +29,7 @@ test: lint
 
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --json
-	$(BIN)/python bench/ingest.py --embedder minilm --turns 3000 --json
+	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --json
 
 clean:
 	rm -rf $(VENV) .memstream .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,8 @@ the embedder's own throughput measured in the same run.
 Each run starts a Tansu broker and a `memstream up` worker process, warms it up (consumer group
 joined, model loaded), produces N generated turns, and times until the worker has committed past
 the last one; then stops the worker, counts what the units collection holds, and measures the
-embedder alone on the same texts. Medians over --repeat runs, and the ratio of the medians.
+embedder alone and the ingest processor alone (no broker, no faust) on the same turns.
+Medians over --repeat runs, and the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import open_store, scroll_all
 from memstream.units import UNITS, render_text, unit_from_payload
-from streams.ingest import units_spec
+from schemas.events import Turn
+from streams.ingest import Incoming, IngestProcessor, units_spec
 
 
 def embedder_rate(settings: Settings, texts: list[str]) -> float:
@@ -48,6 +50,25 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
     for i in range(0, len(texts), settings.batch_size):
         embedder.embed(texts[i : i + settings.batch_size])
     return len(texts) / (time.perf_counter() - t0)
+
+
+def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
+    """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
+    alone = settings.model_copy(update={"data_dir": work / "alone"})
+    store = open_store(alone)
+    processor = IngestProcessor(alone, make_embedder(alone), store)
+    records = [Incoming(t.to_bytes(), t.key, "turns") for t in turns]
+    state: dict[bytes, Any] = {}
+
+    async def feed() -> None:
+        for i in range(0, len(records), alone.batch_size):
+            await processor.process(records[i : i + alone.batch_size], state)
+
+    t0 = time.perf_counter()
+    asyncio.run(feed())
+    rate = len(records) / (time.perf_counter() - t0)
+    store.close()
+    return rate
 
 
 def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
@@ -108,6 +129,7 @@ def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
         return {
             "end_to_end_turns_per_s": round(turns / elapsed, 1),
             "embedder_turns_per_s": round(embedder_rate(settings, texts), 1),
+            "processor_only_turns_per_s": round(processor_rate(settings, main, work), 1),
             "stored": stored,
             "duplicates": duplicates,
             "produce_turns_per_s": round(report.rate, 1),
@@ -130,6 +152,7 @@ def run(embedder: str, turns: int, users: int, repeat: int) -> dict[str, Any]:
         )
     e2e = statistics.median(r["end_to_end_turns_per_s"] for r in runs)
     emb = statistics.median(r["embedder_turns_per_s"] for r in runs)
+    alone = statistics.median(r["processor_only_turns_per_s"] for r in runs)
     return {
         "embedder": embedder,
         "turns": turns,
@@ -138,6 +161,7 @@ def run(embedder: str, turns: int, users: int, repeat: int) -> dict[str, Any]:
         "end_to_end_turns_per_s": e2e,
         "embedder_turns_per_s": emb,
         "ratio": round(e2e / emb, 3),
+        "processor_only_turns_per_s": alone,
         "stored": min(r["stored"] for r in runs),
         "duplicates": sum(r["duplicates"] for r in runs),
         "runs": runs,

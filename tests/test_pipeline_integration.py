@@ -8,9 +8,12 @@ reads what it produced: the units collection (opened directly) and the output to
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -74,6 +77,7 @@ class Run:
     consolidation: list[ConsolidationRequest]
     windows: list[WindowClosed]
     dead_letters: list[DeadLetter]
+    status: dict[str, Any]  # `memstream status --json` of the running pipeline
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +90,28 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
         records = [RawRecord(t.key, t.to_bytes()) for t in generated]
         expected = {f"{t.key}/{t.turn_id}": t for t in generated}
         if LOCOMO.exists():
-            locomo = list(read_records(LOCOMO, "locomo"))
-            records += locomo
-            for r in locomo:
+            # Through the CLI, as a user would run it.
+            cli = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "memstream.cli",
+                    "replay",
+                    str(LOCOMO),
+                    "--format",
+                    "locomo",
+                    "--wait",
+                    "--timeout",
+                    "240",
+                ],
+                env=pipeline.env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert cli.returncode == 0, cli.stderr + pipeline.logs()
+            assert "processed by the pipeline" in cli.stdout
+            for r in read_records(LOCOMO, "locomo"):
                 t = Turn.from_bytes(r.value)
                 expected[f"{t.key}/{t.turn_id}"] = t
         for i, (_, bad) in enumerate(BAD_INPUTS):
@@ -115,6 +138,14 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
             return [w for w in out if b'"reason":"idle"' in w[1]]
 
         wait_for(windows_idle_closed, 60, "idle windows to close")
+        status = subprocess.run(
+            [sys.executable, "-m", "memstream.cli", "status", "--json"],
+            env=pipeline.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
     finally:
         pipeline.stop()
 
@@ -130,6 +161,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
     return Run(
         pipeline=pipeline,
+        status=orjson.loads(status.stdout),
         expected=expected,
         units=units,
         consolidation=[ConsolidationRequest.from_bytes(v) for v in topic(CONSOLIDATION.name)],
@@ -208,6 +240,17 @@ def test_locomo_conversations_fire_consolidation_and_windows(run: Run) -> None:
     closed = {(w.user_id, w.level.value) for w in run.windows if w.tenant == "locomo"}
     for user in locomo_users:
         assert {(user, lvl) for lvl in ("session", "day", "week", "month")} <= closed
+
+
+def test_status_reports_what_the_topics_and_store_hold(run: Run) -> None:
+    st = run.status
+    assert st["units_in_store"] == len(run.expected)
+    assert sum(st["memstream_units_stored"].values()) == len(run.expected)
+    assert st["memstream_consolidation_requests"]["recurrence"] == len(run.consolidation)
+    assert sum(st["memstream_windows_closed"].values()) == len(run.windows)
+    assert sum(st["memstream_dead_letters"].values()) == len(run.dead_letters)
+    assert st["memstream_duplicate_turns"]["all"] == 2  # the two plain redeliveries
+    assert sum(st["lag"].values()) == 0
 
 
 def test_worker_logged_no_errors(run: Run) -> None:

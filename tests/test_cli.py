@@ -1,0 +1,61 @@
+"""The command line: help, clear errors, and the commands that need no pipeline."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from memstream.broker import free_port
+from memstream.cli import main
+from memstream.demo import SAMPLE
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("up", "replay", "status", "broker", "calibrate", "schemas", "sample", "demo", "config"):
+        assert command in out
+
+
+def test_replay_of_a_missing_file_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "/nonexistent/turns.jsonl"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_status_without_a_pipeline_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_METRICS_PORT", str(free_port()))
+    assert main(["status"]) == 1
+    assert "is `memstream up` running?" in capsys.readouterr().err
+
+
+def test_invalid_settings_are_reported(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_DEFAULT_TIMEZONE", "Mars/Olympus")
+    assert main(["config"]) == 2
+    assert "unknown time zone" in capsys.readouterr().err
+
+
+def test_calibrate_reports_the_distribution_and_a_threshold(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_EMBEDDER", "hash")
+    assert main(["calibrate", str(SAMPLE), "--json"]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["embedder"] == "hash"
+    assert report["units"] == len(SAMPLE.read_bytes().splitlines())
+    assert report["users"] == 5
+    assert 0 < report["suggested_theta_sim"] < 1
+    assert report["grid"] and report["histogram"]
+    assert main(["calibrate", str(SAMPLE)]) == 0
+    assert "theta" in capsys.readouterr().out.lower()
+
+
+def test_sample_writes_the_bundled_set(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "s.jsonl"
+    assert main(["sample", str(out)]) == 0
+    assert out.read_bytes() == SAMPLE.read_bytes()
