@@ -7,6 +7,8 @@ import asyncio
 import logging
 from contextlib import ExitStack
 
+from faust import Worker
+
 from memstream.broker import Broker
 from memstream.embedders import make_embedder
 from memstream.kafka import ensure_topics
@@ -44,9 +46,11 @@ def run_up(settings: Settings) -> None:
         )
         app = build_app(settings, processor)
         if settings.metrics_port:
-            log.info("metrics and status on http://127.0.0.1:%d/metrics and /status", settings.metrics_port)
-        from faust import Worker
-
+            log.info(
+                "metrics and status on http://%s:%d/metrics and /status",
+                settings.metrics_host,
+                settings.metrics_port,
+            )
         worker = Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()

@@ -83,7 +83,10 @@ class Settings(BaseSettings):
     min_ts: str = Field("1970-01-01T00:00:00Z", description="earliest accepted dialogue time")
 
     # --- observability -------------------------------------------------------------------
-    metrics_port: int = Field(9464, description="port of /metrics in memstream up (0 = off)")
+    metrics_port: int = Field(
+        9464, description="port of /metrics, /status, /healthz in memstream up (0 = off)"
+    )
+    metrics_host: str = Field("127.0.0.1", description="address they listen on (0.0.0.0 in a pod)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
     @field_validator("default_timezone")

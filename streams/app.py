@@ -13,7 +13,6 @@ Consolidation consumers (``consumers/``) read [consolidation] and [windows] and 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,8 +28,6 @@ from schemas.events import Record
 from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.ingest import Incoming, IngestProcessor
 
-log = logging.getLogger("memstream.streams")
-
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
@@ -39,8 +36,8 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "topic_partitions": settings.topic_partitions,
         "web_enabled": settings.metrics_port > 0,
         "web_port": settings.metrics_port,
-        "web_bind": "127.0.0.1" if settings.bootstrap_servers is None else "0.0.0.0",
-        "web_host": "127.0.0.1",
+        "web_bind": settings.metrics_host,
+        "web_host": settings.metrics_host,
         "producer_acks": -1,
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": settings.commit_interval_s,
