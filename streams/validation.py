@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import orjson
 from pydantic import ValidationError
 
 from schemas.events import DeadLetterStage, Turn
@@ -77,16 +76,14 @@ def validate(value: bytes | None, limits: Limits, now: datetime) -> Turn | Rejec
             DeadLetterStage.DECODE, "too_large", f"record is {len(value)} bytes, limit {limits.max_bytes}"
         )
     try:
-        raw = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        return Rejection(DeadLetterStage.DECODE, "malformed_json", str(exc)[:300])
-    if not isinstance(raw, dict):
-        return Rejection(
-            DeadLetterStage.DECODE, "not_an_object", f"expected a JSON object, got {type(raw).__name__}"
-        )
-    try:
-        turn = Turn.model_validate(raw)
+        # pydantic parses the JSON itself: half the cost of loading a dict first.
+        turn = Turn.model_validate_json(value)
     except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            return Rejection(DeadLetterStage.DECODE, "malformed_json", first["msg"][:300])
+        if first["type"] == "model_type" and not first["loc"]:
+            return Rejection(DeadLetterStage.DECODE, "not_an_object", "expected a JSON object")
         reason, detail = _reason(exc)
         return Rejection(DeadLetterStage.VALIDATE, reason, detail[:500])
     try:
