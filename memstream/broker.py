@@ -81,14 +81,23 @@ class Broker:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it cleanly
         )
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            # Also on SIGTERM/Ctrl-C while waiting: `with` would not call __exit__ for us.
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrokerError(f"Tansu exited with code {self.proc.returncode} (log: {self.log_path})")
             if port_open(self.port):
-                return self
+                return
             time.sleep(0.02)
-        self.stop()
         raise BrokerError(f"Tansu did not open port {self.port} within {timeout:.0f}s")
 
     def stop(self) -> None:

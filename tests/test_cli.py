@@ -59,3 +59,31 @@ def test_sample_writes_the_bundled_set(tmp_path, capsys: pytest.CaptureFixture[s
     out = tmp_path / "s.jsonl"
     assert main(["sample", str(out)]) == 0
     assert out.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_broker_command_serves_kafka_and_stops_tansu_on_sigterm() -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from memstream.broker import port_open
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstream.cli", "broker", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert port_open(port), "the broker never listened"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    deadline = time.monotonic() + 5
+    while port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not port_open(port), "Tansu outlived `memstream broker`"
