@@ -8,7 +8,7 @@ wrong end offsets for multi-record batches, and committed offsets are what "proc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -55,38 +55,31 @@ async def producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
         await p.stop()
 
 
-async def committed(settings: Settings, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """Committed offsets of the pipeline's consumer group (-1 = nothing committed yet)."""
+async def wait_processed(
+    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.2
+) -> bool:
+    """Wait until the pipeline's consumer group has committed past ``produced`` (partition ->
+    last offset sent). Committed offsets are read with ``consumer.committed()``, which asks the
+    group coordinator each time (admin offset listing fails against Tansu)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
     )
     await consumer.start()
     try:
-        out = {}
-        for p in partitions:
-            off = await consumer.committed(TopicPartition(topic, p))
-            out[p] = -1 if off is None else off
-        return out
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            done = [await consumer.committed(TopicPartition(topic, p)) for p in produced]
+            if all(off is not None and off > last for off, last in zip(done, produced.values(), strict=True)):
+                return True
+            await asyncio.sleep(poll)
+        return False
     finally:
         await consumer.stop()
 
 
-async def wait_processed(
-    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.2
-) -> bool:
-    """Wait until the group has committed past ``produced`` (partition -> last offset sent)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        done = await committed(settings, topic, produced)
-        if all(done[p] > last for p, last in produced.items()):
-            return True
-        await asyncio.sleep(poll)
-    return False
-
-
 async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
-    """Every record of ``topic`` from the beginning (for status and tests), until idle."""
+    """Every record of ``topic`` from the beginning, until ``idle_s`` passes without one."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=settings.brokers, auto_offset_reset="earliest", enable_auto_commit=False
     )
