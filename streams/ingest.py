@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -162,7 +162,7 @@ class IngestProcessor:
     def _split_known(
         self, fresh: list[tuple[Incoming, Unit]], result: BatchResult, now: float
     ) -> tuple[list[Unit], list[ConsolidationRequest]]:
-        """New units (in dialogue-time order), and the requests that redelivered units fired."""
+        """New units, and the requests that redelivered units fired."""
         if not fresh:
             return [], []
         existing = {h.id: h.payload for h in self.store.retrieve(UNITS, [u.unit_id for _, u in fresh])}
@@ -179,7 +179,9 @@ class IngestProcessor:
                 if prior.get(FIRED_FIELD):
                     replayed.append(ConsolidationRequest.model_validate_json(prior[FIRED_FIELD]))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
-        return sorted(new, key=lambda u: u.ts), replayed
+        # Arrival order, not dialogue-time order: one by one, a unit sees what arrived before it
+        # (and is earlier in dialogue time), so that is what a batch must reproduce.
+        return new, replayed
 
     def _embed(self, units: list[Unit]) -> Vectors:
         with (
@@ -220,18 +222,25 @@ class IngestProcessor:
         result.consolidation.extend([*replayed, *fired.values()])
 
     def _recurrence(self, units: list[Unit], vectors: Vectors) -> dict[str, ConsolidationRequest]:
-        """Recurrence for units in dialogue-time order, as if checked one by one: each sees the
-        buffered earlier units in the store and the earlier units of this batch."""
+        """Recurrence for units in arrival order, exactly as if checked one by one: each
+        sees the top-k buffered earlier units, from the store and from this batch. Marks made
+        earlier in the batch are not in the store yet (they are written with the units), so they
+        are excluded here, and a store result that held a now-marked unit is asked again."""
         from_store = self.store.search_many(
-            UNITS, [self._neighbour_query(u, v) for u, v in zip(units, vectors, strict=True)]
+            UNITS, [self._neighbour_query(u, v, ()) for u, v in zip(units, vectors, strict=True)]
         )
         peers = _batch_peers(units, vectors)
         metrics.RECURRENCE_CHECKS.inc(len(units))
         marked: set[str] = set()
         fired: dict[str, ConsolidationRequest] = {}
         for i, unit in enumerate(units):
-            candidates = [Neighbour(h.id, h.score, h.id in marked) for h in from_store[i]]
-            candidates += [Neighbour(units[j].unit_id, s, units[j].unit_id in marked) for j, s in peers[i]]
+            hits = from_store[i]
+            if any(h.id in marked for h in hits):
+                hits = self.store.search_many(UNITS, [self._neighbour_query(unit, vectors[i], marked)])[0]
+            candidates = [Neighbour(h.id, h.score, False) for h in hits]
+            candidates += [
+                Neighbour(units[j].unit_id, s, False) for j, s in peers[i] if units[j].unit_id not in marked
+            ]
             cluster = recurrence(
                 unit.unit_id,
                 top_k(candidates, self.settings.recurrence_top_k),
@@ -255,7 +264,7 @@ class IngestProcessor:
             metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
         return fired
 
-    def _neighbour_query(self, unit: Unit, vector: Any) -> SearchQuery:
+    def _neighbour_query(self, unit: Unit, vector: Any, marked: Iterable[str]) -> SearchQuery:
         """RecMem's subconscious neighbourhood: the top-k *buffered* (not yet consolidated) units
         of the same user that came earlier in dialogue time, so batching cannot change the result."""
         return SearchQuery(
@@ -264,7 +273,7 @@ class IngestProcessor:
             Filter(
                 equals={USER_FIELD: unit.key, STATE_FIELD: BUFFERED},
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())},
-                exclude_ids=(unit.unit_id,),
+                exclude_ids=(unit.unit_id, *marked),
             ),
             with_payload=False,
         )
@@ -273,7 +282,7 @@ class IngestProcessor:
         self, units: list[Unit], state: MutableMapping[bytes, Any], now: float, result: BatchResult
     ) -> None:
         by_user: dict[bytes, UserWindows | None] = {}
-        for unit in units:  # already in dialogue-time order
+        for unit in units:  # arrival order: a turn older than what came before is a late event
             key = unit.key.encode()
             if key not in by_user:
                 raw = state.get(key)
@@ -317,7 +326,8 @@ class IngestProcessor:
 
 
 def _batch_peers(units: list[Unit], vectors: Vectors) -> list[list[tuple[int, float]]]:
-    """For each unit, the (index, cosine) of the same user's strictly earlier units in the batch."""
+    """For each unit, the (index, cosine) of the same user's units that arrived before it in the
+    batch and are earlier in dialogue time (the store query's `ts_epoch < ts` for this batch)."""
     peers: list[list[tuple[int, float]]] = [[] for _ in units]
     by_user: dict[str, list[int]] = {}
     for i, u in enumerate(units):

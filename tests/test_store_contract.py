@@ -27,6 +27,7 @@ from memstream.store import (
     Filter,
     Point,
     Range,
+    SearchQuery,
     StoreUnavailable,
     VectorStore,
     open_store,
@@ -184,6 +185,31 @@ def test_search_scores_are_cosine_best_first(store: VectorStore) -> None:
     top = store.search(SPEC.name, by_id[target] * 3.0, 1, Filter())[0]
     assert top.id == target
     assert top.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
+    seed_users(store)
+    queries = [
+        SearchQuery(q, 4, Filter(equals={"user": f"user-{i % 3}"}, ranges={"ts": Range(lt=1000 + 3 + i)}))
+        for i, q in enumerate(rand_vecs(6, seed=11))
+    ]
+    batched = store.search_many(SPEC.name, queries)
+    assert len(batched) == len(queries)
+    for q, hits in zip(queries, batched, strict=True):
+        one = store.search(SPEC.name, q.vector, q.limit, q.flt)
+        assert [h.id for h in hits] == [h.id for h in one]
+        assert [h.score for h in hits] == pytest.approx([h.score for h in one], abs=1e-6)
+    assert store.search_many(SPEC.name, []) == []
+
+
+def test_search_returns_only_the_payload_asked_for(store: VectorStore) -> None:
+    seed_users(store, users=1)
+    flt = Filter(equals={"user": "user-0"})
+    assert all(h.payload == {} for h in store.search(SPEC.name, unit(0), 3, flt, with_payload=False))
+    fields = store.search(SPEC.name, unit(0), 3, flt, with_payload=["ts"])
+    assert fields and all(set(h.payload) == {"ts"} for h in fields)
+    full = store.search(SPEC.name, unit(0), 3, flt)
+    assert all({"user", "tenant", "ts", "session"} <= set(h.payload) for h in full)
 
 
 def test_set_payload_merges(store: VectorStore) -> None:
