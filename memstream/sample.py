@@ -151,8 +151,10 @@ def generate(
         for user_id, favourites in profiles.items():
             if rng.random() < 0.45:  # not every user talks every day
                 continue
+            first_hour = rng.randint(0, 6)
             for s in range(rng.choice([1, 1, 2])):
-                ts = start + timedelta(days=day, hours=rng.randint(0, 10) + 6 * s, minutes=rng.randint(0, 59))
+                # A second session starts 7-8 h after the first: a user's turns arrive in time order.
+                ts = start + timedelta(days=day, hours=first_hour + 7 * s, minutes=rng.randint(0, 59))
                 session_id = f"{user_id}-d{day}-s{s}"
                 topic = rng.choice(favourites)
                 for t in range(rng.randint(4, 9)):
