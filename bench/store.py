@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memstream.store.base import CollectionSpec, Filter, Point
+from memstream.store.base import CollectionSpec, Filter, Point, search
 from memstream.store.edge import EdgeStore
 
 
@@ -48,7 +48,7 @@ def run(points: int, users: int, dim: int, batch: int, queries: int, root: Path)
         for probe, user in zip(probes, who, strict=True):
             flt = Filter(equals={"user": f"user-{user}"})
             started = time.perf_counter()
-            hits = store.search(spec.name, probe, 10, flt)
+            hits = search(store, spec.name, probe, 10, flt)
             latencies.append(time.perf_counter() - started)
             assert len(hits) == min(10, points // users)
     finally:

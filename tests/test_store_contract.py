@@ -32,6 +32,7 @@ from memstream.store import (
     VectorStore,
     open_store,
     qdrant_server,
+    search,
 )
 from memstream.store.edge import EdgeStore
 from memstream.store.qdrant_server import QdrantServerStore
@@ -137,36 +138,36 @@ def test_upsert_same_id_twice_is_one_point(store: VectorStore) -> None:
     store.upsert(SPEC.name, [Point(pid(0), unit(1), {"user": "a", "v": 2})])
     assert store.count(SPEC.name) == 1
     assert store.retrieve(SPEC.name, [pid(0)])[0].payload == {"user": "a", "v": 2}
-    assert store.search(SPEC.name, unit(1), 1, Filter())[0].score == pytest.approx(1.0, abs=1e-5)
+    assert search(store, SPEC.name, unit(1), 1, Filter())[0].score == pytest.approx(1.0, abs=1e-5)
 
 
 def test_search_equality_filter_isolates_users(store: VectorStore) -> None:
     seed_users(store)
     for u in range(3):
         for q in rand_vecs(5, seed=7):
-            hits = store.search(SPEC.name, q, 30, Filter(equals={"user": f"user-{u}"}))
+            hits = search(store, SPEC.name, q, 30, Filter(equals={"user": f"user-{u}"}))
             assert len(hits) == 10
             assert {h.payload["user"] for h in hits} == {f"user-{u}"}
-    hits = store.search(SPEC.name, unit(0), 30, Filter(equals={"tenant": "t-1", "session": "s-0"}))
+    hits = search(store, SPEC.name, unit(0), 30, Filter(equals={"tenant": "t-1", "session": "s-0"}))
     assert len(hits) == 5
     assert all(h.payload["user"] == "user-1" and h.payload["session"] == "s-0" for h in hits)
-    assert store.search(SPEC.name, unit(0), 10, Filter(equals={"user": "nobody"})) == []
+    assert search(store, SPEC.name, unit(0), 10, Filter(equals={"user": "nobody"})) == []
 
 
 def test_search_numeric_range_is_gte_inclusive_lt_exclusive(store: VectorStore) -> None:
     seed_users(store, users=1)
-    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1003, lt=1006)}))
+    hits = search(store, SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1003, lt=1006)}))
     assert sorted(h.payload["ts"] for h in hits) == [1003, 1004, 1005]
-    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(lt=1002)}))
+    hits = search(store, SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(lt=1002)}))
     assert sorted(h.payload["ts"] for h in hits) == [1000, 1001]
-    hits = store.search(SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1008.5)}))
+    hits = search(store, SPEC.name, unit(0), 30, Filter(ranges={"ts": Range(gte=1008.5)}))
     assert sorted(h.payload["ts"] for h in hits) == [1009]
 
 
 def test_search_exclude_ids(store: VectorStore) -> None:
     seed_users(store, users=1)
     excluded = [pid(0), pid(3), pid(7)]
-    hits = store.search(SPEC.name, unit(0), 30, Filter(equals={"user": "user-0"}, exclude_ids=excluded))
+    hits = search(store, SPEC.name, unit(0), 30, Filter(equals={"user": "user-0"}, exclude_ids=excluded))
     assert len(hits) == 7
     assert not {h.id for h in hits} & set(excluded)
 
@@ -174,7 +175,7 @@ def test_search_exclude_ids(store: VectorStore) -> None:
 def test_search_scores_are_cosine_best_first(store: VectorStore) -> None:
     by_id = seed_users(store, users=1)
     query = rand_vecs(1, seed=3)[0]
-    hits = store.search(SPEC.name, query, 5, Filter(equals={"user": "user-0"}))
+    hits = search(store, SPEC.name, query, 5, Filter(equals={"user": "user-0"}))
     expected = sorted(by_id, key=lambda i: cosine(query, by_id[i]), reverse=True)[:5]
     assert [h.id for h in hits] == expected
     for h in hits:
@@ -182,7 +183,7 @@ def test_search_scores_are_cosine_best_first(store: VectorStore) -> None:
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # Identical direction scores ~1.0 whatever the length: cosine, not dot product.
     target = pid(4)
-    top = store.search(SPEC.name, by_id[target] * 3.0, 1, Filter())[0]
+    top = search(store, SPEC.name, by_id[target] * 3.0, 1, Filter())[0]
     assert top.id == target
     assert top.score == pytest.approx(1.0, abs=1e-5)
 
@@ -196,7 +197,7 @@ def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
     batched = store.search_many(SPEC.name, queries)
     assert len(batched) == len(queries)
     for q, hits in zip(queries, batched, strict=True):
-        one = store.search(SPEC.name, q.vector, q.limit, q.flt)
+        one = search(store, SPEC.name, q.vector, q.limit, q.flt)
         assert [h.id for h in hits] == [h.id for h in one]
         assert [h.score for h in hits] == pytest.approx([h.score for h in one], abs=1e-6)
     assert store.search_many(SPEC.name, []) == []
@@ -205,10 +206,10 @@ def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
 def test_search_returns_only_the_payload_asked_for(store: VectorStore) -> None:
     seed_users(store, users=1)
     flt = Filter(equals={"user": "user-0"})
-    assert all(h.payload == {} for h in store.search(SPEC.name, unit(0), 3, flt, with_payload=False))
-    fields = store.search(SPEC.name, unit(0), 3, flt, with_payload=["ts"])
+    assert all(h.payload == {} for h in search(store, SPEC.name, unit(0), 3, flt, with_payload=False))
+    fields = search(store, SPEC.name, unit(0), 3, flt, with_payload=["ts"])
     assert fields and all(set(h.payload) == {"ts"} for h in fields)
-    full = store.search(SPEC.name, unit(0), 3, flt)
+    full = search(store, SPEC.name, unit(0), 3, flt)
     assert all({"user", "tenant", "ts", "session"} <= set(h.payload) for h in full)
 
 
@@ -259,7 +260,7 @@ def test_delete_by_filter(store: VectorStore) -> None:
     assert store.count(SPEC.name) == 26
     store.delete(SPEC.name, Filter(equals={"user": "user-2"}))
     assert store.count(SPEC.name) == 16
-    assert store.search(SPEC.name, unit(0), 10, Filter(equals={"user": "user-2"})) == []
+    assert search(store, SPEC.name, unit(0), 10, Filter(equals={"user": "user-2"})) == []
 
 
 def test_filter_rejects_booleans() -> None:
@@ -281,7 +282,7 @@ def test_edge_reopens_from_disk(tmp_path: Path) -> None:
     reopened.ensure_collection(SPEC)
     assert reopened.count(SPEC.name) == 30
     assert reopened.retrieve(SPEC.name, [pid(0)])[0].payload["user"] == "user-0"
-    assert len(reopened.search(SPEC.name, unit(0), 5, Filter(equals={"user": "user-2"}))) == 5
+    assert len(search(reopened, SPEC.name, unit(0), 5, Filter(equals={"user": "user-2"}))) == 5
     with pytest.raises(Exception, match="WouldBlock"):  # one opener per shard, even in one process
         EdgeStore(tmp_path).ensure_collection(SPEC)
     reopened.close()

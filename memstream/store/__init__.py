@@ -14,6 +14,7 @@ from memstream.store.base import (
     StoreUnavailable,
     VectorStore,
     scroll_all,
+    search,
 )
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "VectorStore",
     "open_store",
     "scroll_all",
+    "search",
 ]
 
 

@@ -68,6 +68,18 @@ class CollectionSpec:
     tenant_field: str | None = None  # indexed as the tenant partition where the backend supports it
 
 
+def search(
+    store: VectorStore,
+    collection: str,
+    vector: npt.NDArray[np.float32],
+    limit: int,
+    flt: Filter,
+    with_payload: bool | Sequence[str] = True,
+) -> list[Hit]:
+    """One search: a batch of one."""
+    return store.search_many(collection, [SearchQuery(vector, limit, flt, with_payload)])[0]
+
+
 def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, page: int = 1000) -> list[Hit]:
     """Every point matching ``flt`` (payload only), page by page."""
     out: list[Hit] = []
@@ -93,18 +105,9 @@ class VectorStore(Protocol):
     def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
         """Points by id (score 0.0) with payload; unknown ids are left out."""
 
-    def search(
-        self,
-        collection: str,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        flt: Filter,
-        with_payload: bool | Sequence[str] = True,
-    ) -> list[Hit]:
-        """Top ``limit`` by cosine among points matching ``flt``, best first."""
-
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
-        """Several searches planned as one batch (one result list per query, in order)."""
+        """For each query, the top ``limit`` points by cosine among those matching its filter,
+        best first; the queries are planned as one batch."""
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the payload of each point."""

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 from qdrant_edge import (
     CountRequest,
     Distance,
@@ -103,16 +101,6 @@ class EdgeStore:
             return []
         records = self._shard(collection).retrieve(_id_list(ids), True, False)
         return [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
-
-    def search(
-        self,
-        collection: str,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        flt: Filter,
-        with_payload: bool | Sequence[str] = True,
-    ) -> list[Hit]:
-        return self.search_many(collection, [SearchQuery(vector, limit, flt, with_payload)])[0]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:

@@ -12,8 +12,6 @@ from typing import Any
 
 import grpc
 import httpx
-import numpy as np
-import numpy.typing as npt
 import pydantic
 from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
@@ -113,16 +111,6 @@ class QdrantServerStore:
         with _outage_as_unavailable():
             records = self._client.retrieve(collection, list(ids), with_payload=True)
         return [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
-
-    def search(
-        self,
-        collection: str,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        flt: Filter,
-        with_payload: bool | Sequence[str] = True,
-    ) -> list[Hit]:
-        return self.search_many(collection, [SearchQuery(vector, limit, flt, with_payload)])[0]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
