@@ -13,7 +13,7 @@ import orjson
 from schemas.events import EventTime, Message, Turn, Unit, unit_id_for
 
 UNITS = "units"
-# Payload fields the store indexes (see streams.ingest.UNITS_SPEC).
+# Payload fields the store indexes (see streams.ingest.units_spec).
 USER_FIELD = "user_key"  # tenant/user_id: one keyword condition isolates a user across tenants
 TENANT_FIELD = "tenant"
 # RecMem buffer state: a unit is "buffered" until a consolidation request includes it.

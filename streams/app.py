@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from memstream import metrics
 from memstream.settings import Settings
 from memstream.windows import UserWindows, close_idle
-from schemas.events import Record
+from schemas.events import Record, WindowClosed
 from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.ingest import Incoming, IngestProcessor
 
@@ -84,6 +84,12 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         sent = [await topics[target].send(key=_key(r).encode(), value=r.to_bytes()) for r in records]
         await asyncio.gather(*sent)  # delivered (acks=all) before the input offsets are acked
 
+    async def publish_windows(closed: Sequence[WindowClosed]) -> None:
+        # Counted where they are published: the agent and the idle timer both close windows.
+        for w in closed:
+            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
+        await publish(WINDOWS.name, closed)
+
     @app.agent(topics[TURNS.name])
     async def ingest(stream: faust.StreamT) -> None:
         # take_events (not take) keeps each record's partition and offset for dead letters.
@@ -91,7 +97,7 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         async for events in batches:
             result = await processor.process([_incoming(e) for e in events], window_state)
             await publish(CONSOLIDATION.name, result.consolidation)
-            await publish(WINDOWS.name, result.windows)
+            await publish_windows(result.windows)
             await publish(DEAD_LETTER.name, result.dead_letters)
 
     @app.timer(settings.idle_check_interval_s)
@@ -105,9 +111,7 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
             if done:
                 window_state[key] = state.to_json()
                 closed.extend(done)
-        for w in closed:
-            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
-        await publish(WINDOWS.name, closed)
+        await publish_windows(closed)
 
     @app.timer(5.0)
     async def report_lag() -> None:

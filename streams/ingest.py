@@ -307,8 +307,6 @@ class IngestProcessor:
         for key, value in by_user.items():
             if value is not None:
                 state[key] = value.to_json()
-        for w in result.windows:
-            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
 
     def _dead_letter(self, rec: Incoming, why: Rejection, now: float) -> DeadLetter:
         metrics.DEAD_LETTERS.labels(why.stage.value, why.reason).inc()
