@@ -1,12 +1,12 @@
 """End-to-end ingest throughput: turns/s through the real broker, processor and store, next to
 the embedder's own throughput measured in the same run.
 
-    python bench/ingest.py --embedder hash|minilm --turns N --json
+    python bench/ingest.py --embedder hash|minilm --turns N [--workers W] --json
 
-Each run starts a Tansu broker and a `memstream up` worker process, warms it up (consumer group
-joined, model loaded), produces N generated turns, and times until the worker has committed past
-the last one; then stops the worker, counts what the units collection holds, and measures the
-embedder alone and the ingest processor alone (no broker, no faust) on the same turns.
+Each run starts a Tansu broker and `memstream up` with W worker processes, warms them up
+(every partition owned, model loaded), produces N generated turns, and times until the workers
+have committed past the last one; then stops them, counts what the units collection holds, and
+measures the embedder alone and the ingest processor alone (no broker, no faust) on the same turns.
 Medians over --repeat runs, and the ratio of the medians.
 """
 
@@ -31,12 +31,13 @@ from typing import Any
 import orjson
 
 from memstream.broker import Broker, free_port
+from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
 from memstream.embedders import make_embedder
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
-from memstream.store import open_store, scroll_all
+from memstream.store import all_stores, open_shards, scroll_all
 from memstream.units import UNITS, render_text, unit_from_payload
 from schemas.events import Turn
 from streams.ingest import Incoming, IngestProcessor, units_spec
@@ -55,8 +56,9 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
 def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
     alone = settings.model_copy(update={"data_dir": work / "alone"})
-    store = open_store(alone)
-    processor = IngestProcessor(alone, make_embedder(alone), store)
+    embedder = make_embedder(alone)
+    shards = open_shards(alone, [units_spec(embedder.dim)])
+    processor = IngestProcessor(alone, embedder, shards)
     records = [Incoming(t.to_bytes(), t.key, "turns") for t in turns]
     state: dict[bytes, Any] = {}
 
@@ -67,11 +69,11 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     t0 = time.perf_counter()
     asyncio.run(feed())
     rate = len(records) / (time.perf_counter() - t0)
-    store.close()
+    shards.close()
     return rate
 
 
-def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
+def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
     with Broker(free_port(), work / "tansu.log") as broker:
         env = {
@@ -82,6 +84,7 @@ def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
             "MEMSTREAM_EMBEDDER": embedder,
             "MEMSTREAM_METRICS_PORT": str(free_port()),
             "MEMSTREAM_LOG_LEVEL": "WARNING",
+            "MEMSTREAM_WORKERS": str(workers),
         }
         settings = Settings.from_env(env)
         sample = list(islice(generate(users=users, days=365, tenant="bench"), turns + 50))
@@ -106,6 +109,12 @@ def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
             )
             if not warm_report.processed:
                 raise SystemExit(f"worker never processed the warm-up turns; see {work / 'worker.log'}")
+            # Measure only once the group is stable, so no rebalance falls inside the timing.
+            deadline = time.monotonic() + 120
+            while fetch_status(settings).get("partitions") != list(range(settings.topic_partitions)):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"workers never shared out the partitions; see {work / 'worker.log'}")
+                time.sleep(0.5)
             records = [RawRecord(t.key, t.to_bytes()) for t in main]
             t0 = time.perf_counter()
             report = asyncio.run(replay(settings, records, wait=True, wait_timeout=1800, progress=False))
@@ -116,12 +125,14 @@ def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
 
-        embedder_ = make_embedder(settings)
-        store = open_store(settings)
-        store.ensure_collection(units_spec(embedder_.dim))
-        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
+        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+        units = [
+            unit_from_payload(h.payload)
+            for store in all_stores(shards, settings.topic_partitions)
+            for h in scroll_all(store, UNITS)
+        ]
         keys = Counter(f"{u.key}/{u.turn_id}" for u in units)
-        store.close()
+        shards.close()
         expected = {f"{t.key}/{t.turn_id}" for t in main}
         stored = sum(1 for k in keys if k in expected)
         duplicates = sum(n - 1 for n in keys.values())
@@ -135,14 +146,15 @@ def run_once(embedder: str, turns: int, users: int) -> dict[str, Any]:
             "produce_turns_per_s": round(report.rate, 1),
             "elapsed_s": round(elapsed, 2),
             "batch_size": settings.batch_size,
+            "workers": workers,
         }
 
 
-def run(embedder: str, turns: int, users: int, repeat: int) -> dict[str, Any]:
+def run(embedder: str, turns: int, users: int, repeat: int, workers: int) -> dict[str, Any]:
     """``repeat`` fresh runs (broker, worker, store); medians, and the ratio of the medians."""
     runs = []
     for i in range(repeat):
-        runs.append(run_once(embedder, turns, users))
+        runs.append(run_once(embedder, turns, users, workers))
         r = runs[-1]
         print(
             f"run {i + 1}/{repeat}: {r['end_to_end_turns_per_s']:,.0f} turns/s end to end, embedder "
@@ -158,6 +170,7 @@ def run(embedder: str, turns: int, users: int, repeat: int) -> dict[str, Any]:
         "turns": turns,
         "users": users,
         "repeat": repeat,
+        "workers": workers,
         "end_to_end_turns_per_s": e2e,
         "embedder_turns_per_s": emb,
         "ratio": round(e2e / emb, 3),
@@ -177,9 +190,10 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=10_000)
     p.add_argument("--users", type=int, default=200)
     p.add_argument("--repeat", type=int, default=3, help="fresh runs; medians are reported (default 3)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes of `memstream up` (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a readable line)")
     args = p.parse_args()
-    result = run(args.embedder, args.turns, args.users, args.repeat)
+    result = run(args.embedder, args.turns, args.users, args.repeat, args.workers)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser(
         "up", help="run the pipeline (embedded broker and store unless configured)", epilog=EPILOG
     )
+    up.add_argument(
+        "--workers", type=int, help="worker processes sharing the partitions (default MEMSTREAM_WORKERS)"
+    )
     up.set_defaults(func=_cmd_up)
 
     rp = sub.add_parser("replay", help="produce a conversation file to the turns topic", epilog=EPILOG)
@@ -107,8 +110,13 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from memstream.runtime import run_up
 
-    run_up(settings)
-    return 0
+    if args.workers is not None:
+        settings = settings.model_copy(update={"workers": args.workers})
+    try:
+        return run_up(settings)
+    except ValueError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
 
 
 def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -139,18 +147,45 @@ def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{settings.metrics_port}/status"
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return dict(orjson.loads(resp.read()))
+    """The pipeline's status: every worker's ``/status``, merged."""
+    from memstream.runtime import worker_ports
+
+    parts = []
+    for port in worker_ports(settings):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=timeout) as resp:
+            parts.append(dict(orjson.loads(resp.read())))
+    return merge_status(parts)
+
+
+def merge_status(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' statuses as one: counts add up, per-partition maps and partition lists join;
+    ``config`` is the same in every worker."""
+    merged: dict[str, Any] = {"workers": len(parts)}
+    for part in parts:
+        for key, value in part.items():
+            if key == "config":
+                merged.setdefault(key, value)
+            elif isinstance(value, dict):
+                into = merged.setdefault(key, {})
+                for label, n in value.items():
+                    into[label] = into.get(label, 0) + n
+            elif isinstance(value, list):
+                merged[key] = sorted([*merged.get(key, []), *value])
+            else:
+                merged[key] = merged.get(key, 0) + value
+    return merged
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.metrics_port:
+        print("memstream: MEMSTREAM_METRICS_PORT is 0, so workers serve no status", file=sys.stderr)
+        return 2
     try:
         status = fetch_status(settings)
     except (urllib.error.URLError, OSError) as exc:
         print(
             f"memstream: no pipeline answers on 127.0.0.1:{settings.metrics_port} ({exc}); "
-            "is `memstream up` running?",
+            "is `memstream up` running (with the same MEMSTREAM_WORKERS)?",
             file=sys.stderr,
         )
         return 1
@@ -165,9 +200,11 @@ def render_status(status: dict[str, Any]) -> str:
     def total(name: str) -> float:
         return sum(status.get(name, {}).values())
 
+    config = status["config"]
+
     lines = [
-        f"embedder {status['embedder']}  theta_sim {status['theta_sim']:.2f}  "
-        f"theta_count {status['theta_count']}",
+        f"embedder {config['embedder']}  theta_sim {config['theta_sim']:.2f}  "
+        f"theta_count {config['theta_count']}  workers {status['workers']}",
         f"units in store            {status['units_in_store']:>10,}",
         f"turns ingested            {total('memstream_turns_ingested'):>10,.0f}",
         f"units stored (new)        {total('memstream_units_stored'):>10,.0f}",

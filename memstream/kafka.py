@@ -14,9 +14,15 @@ from contextlib import asynccontextmanager, suppress
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.partitioner import murmur2
 
 from memstream.settings import Settings
 from schemas.topics import ALL_TOPICS
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition the default partitioner (Java's and aiokafka's) gives ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 async def ensure_topics(settings: Settings) -> None:

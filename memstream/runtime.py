@@ -1,11 +1,22 @@
 """Assemble and run the pipeline: broker (embedded unless configured), topics, store, embedder,
-processor, faust worker. ``memstream up`` is :func:`run_up`."""
+processor, faust worker. ``memstream up`` is :func:`run_up`.
+
+With ``workers`` > 1, ``up`` runs that many worker processes in one consumer group; Kafka gives
+each a share of the partitions, and each serves ``/metrics`` and ``/status`` on its own port
+(``metrics_port`` + its index). They stop together: on a signal, or when one of them exits.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 from contextlib import ExitStack
+from types import FrameType
 
 from faust import Worker
 
@@ -13,14 +24,20 @@ from memstream.broker import Broker
 from memstream.embedders import make_embedder
 from memstream.kafka import ensure_topics
 from memstream.settings import Settings
-from memstream.store import open_store
+from memstream.store import open_shards
 from streams.app import build_app
-from streams.ingest import IngestProcessor
+from streams.ingest import IngestProcessor, units_spec
 
 log = logging.getLogger("memstream")
 
 
-def run_up(settings: Settings) -> None:
+def run_up(settings: Settings) -> int:
+    """Run until stopped; the exit code of the pipeline."""
+    if settings.workers > settings.topic_partitions:
+        raise ValueError(
+            f"MEMSTREAM_WORKERS={settings.workers} is more than the {settings.topic_partitions} topic "
+            "partitions; the extra workers would sit idle"
+        )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         if settings.bootstrap_servers is None:
@@ -30,12 +47,22 @@ def run_up(settings: Settings) -> None:
             log.info(
                 "embedded Tansu broker on %s (memory storage: data is gone when it stops)", broker.bootstrap
             )
-            settings = settings.model_copy(update={"tansu_quirks": True})
+            settings = settings.model_copy(
+                update={"bootstrap_servers": broker.bootstrap, "tansu_quirks": True}
+            )
         asyncio.run(ensure_topics(settings))
-        store = open_store(settings)
-        stack.callback(store.close)
-        embedder = make_embedder(settings)
-        processor = IngestProcessor(settings, embedder, store)
+        if settings.workers == 1:
+            run_worker(settings)
+            return 0
+        return run_workers(settings)
+
+
+def run_worker(settings: Settings) -> None:
+    """One faust worker in this process."""
+    embedder = make_embedder(settings)
+    shards = open_shards(settings, [units_spec(embedder.dim)])
+    try:
+        processor = IngestProcessor(settings, embedder, shards)
         log.info(
             "pipeline: embedder=%s dim=%d theta_sim=%.2f theta_count=%d store=%s",
             embedder.name,
@@ -57,3 +84,54 @@ def run_up(settings: Settings) -> None:
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 raise
+    finally:
+        shards.close()
+
+
+def worker_ports(settings: Settings) -> list[int]:
+    """The ``/metrics`` and ``/status`` port of each worker (none when metrics are off)."""
+    if not settings.metrics_port:
+        return []
+    return [settings.metrics_port + i for i in range(settings.workers)]
+
+
+def run_workers(settings: Settings) -> int:
+    """``settings.workers`` worker processes; returns when they have all stopped."""
+    env = {
+        **os.environ,
+        "MEMSTREAM_WORKERS": "1",
+        "MEMSTREAM_BOOTSTRAP_SERVERS": settings.brokers,
+        "MEMSTREAM_TANSU_QUIRKS": str(settings.tansu_quirks).lower(),
+    }
+    ports = worker_ports(settings) or [0] * settings.workers
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "memstream.cli", "up"], env={**env, "MEMSTREAM_METRICS_PORT": str(port)}
+        )
+        for port in ports
+    ]
+    log.info("%d workers: pids %s", len(procs), ", ".join(str(p.pid) for p in procs))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        failed = [p for p in procs if p.returncode not in (None, 0)]
+        for p in failed:
+            log.error("worker %d exited with code %s; stopping the others", p.pid, p.returncode)
+        return 1 if failed else 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()

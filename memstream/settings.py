@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     )
 
     # --- ingest --------------------------------------------------------------------------
+    workers: int = Field(
+        1,
+        ge=1,
+        description="worker processes of `memstream up`, sharing the partitions (at most topic_partitions)",
+    )
     batch_size: int = Field(256, ge=1, description="turns per processing batch (faust take)")
     batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
     commit_interval_s: float = Field(

@@ -18,14 +18,15 @@ from typing import Any
 
 import faust
 import orjson
-from faust.types import EventT
+from faust.types import TP, EventT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memstream import metrics
+from memstream.kafka import partition_for
 from memstream.settings import Settings
 from memstream.windows import UserWindows, close_idle
-from schemas.events import Record, WindowClosed
-from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
+from schemas.events import ConsolidationRequest, DeadLetter, Record, WindowClosed
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.ingest import Incoming, IngestProcessor
 
 
@@ -58,17 +59,15 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
 def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
     app = faust.App(settings.app_id, **faust_settings(settings))
 
-    def topic(name: str) -> faust.TopicT:
-        return app.topic(
-            settings.topic(name),
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.topic_partitions,
-        )
-
-    topics = {spec.name: topic(spec.name) for spec in ALL_TOPICS}
+    turns_name = settings.topic(TURNS.name)
+    turns = app.topic(
+        turns_name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.topic_partitions,
+    )
     # Per-user open windows. use_partitioner routes changelog records by key like the turns
     # topic, so state stays co-partitioned with its user even when updated from the timer.
     window_state = app.Table(
@@ -80,45 +79,71 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         use_partitioner=True,
     )
 
-    async def publish(target: str, records: Sequence[Record]) -> None:
-        sent = [await topics[target].send(key=_key(r).encode(), value=r.to_bytes()) for r in records]
-        await asyncio.gather(*sent)  # delivered (acks=all) before the input offsets are acked
-
-    async def publish_windows(closed: Sequence[WindowClosed]) -> None:
-        # Counted where they are published: the agent and the idle timer both close windows.
-        for w in closed:
+    async def publish(
+        consolidation: Sequence[ConsolidationRequest] = (),
+        windows: Sequence[WindowClosed] = (),
+        dead_letters: Sequence[DeadLetter] = (),
+    ) -> None:
+        """Send every record, then wait until all are delivered (acks=all): input offsets are
+        acked only after that. Straight to the producer: the records are bytes already, and
+        faust's channel machinery costs more per record than the send itself."""
+        for w in windows:  # counted here: the agent and the idle timer both close windows
             metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
-        await publish(WINDOWS.name, closed)
+        outputs: list[tuple[str, Sequence[Record]]] = [
+            (CONSOLIDATION.name, consolidation),
+            (WINDOWS.name, windows),
+            (DEAD_LETTER.name, dead_letters),
+        ]
+        pending = [
+            await app.producer.send(settings.topic(name), _key(r).encode(), r.to_bytes(), None, None, None)
+            for name, records in outputs
+            for r in records
+        ]
+        await asyncio.gather(*pending)
 
-    @app.agent(topics[TURNS.name])
+    @app.agent(turns)
     async def ingest(stream: faust.StreamT) -> None:
         # take_events (not take) keeps each record's partition and offset for dead letters.
         batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
             result = await processor.process([_incoming(e) for e in events], window_state)
-            await publish(CONSOLIDATION.name, result.consolidation)
-            await publish_windows(result.windows)
-            await publish(DEAD_LETTER.name, result.dead_letters)
+            await publish(result.consolidation, result.windows, result.dead_letters)
+
+    def owned() -> set[int]:
+        """Partitions of the turns topic this worker processes now."""
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == turns_name}
+
+    def release_stores(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        # Sent after faust has waited for in-flight batches; the partitions' next owner opens
+        # their stores.
+        gone = [tp.partition for tp in revoked if tp.topic == turns_name]
+        processor.shards.release(gone)
+        for partition in gone:
+            metrics.CONSUMER_LAG.remove(turns_name, str(partition))
+
+    # mode's annotation of connect() is a union of callables that mypy cannot match a def against.
+    app.on_partitions_revoked.connect(release_stores)  # type: ignore[arg-type]
 
     @app.timer(settings.idle_check_interval_s)
     async def close_idle_windows() -> None:
         closed = []
         now = processor.clock()
+        mine = owned()
         for key, raw in list(window_state.items()):
-            if not raw:
+            # The in-memory table also holds standby copies of other workers' users: skip them.
+            if not raw or partition_for(key, settings.topic_partitions) not in mine:
                 continue
             state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
             if done:
                 window_state[key] = state.to_json()
                 closed.extend(done)
-        await publish_windows(closed)
+        await publish(windows=closed)
 
     @app.timer(5.0)
     async def report_lag() -> None:
         read = app.monitor.tp_read_offsets or {}
-        for tp in app.consumer.assignment():
-            if tp.topic != settings.topic(TURNS.name):
-                continue
+        for partition in owned():
+            tp = TP(turns_name, partition)
             high = app.consumer.highwater(tp)
             done = read.get(tp, -1) + 1
             if high is not None:
@@ -139,8 +164,8 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
             for m in metrics.CONSUMER_LAG.collect()
             for s in m.samples
         }
-        body = await asyncio.to_thread(processor.status)
-        return web.bytes(orjson.dumps({**body, "lag": lag}), content_type="application/json")
+        body = {**processor.status(), "partitions": sorted(owned()), "lag": lag}
+        return web.bytes(orjson.dumps(body), content_type="application/json")
 
     return app
 

@@ -1,8 +1,9 @@
 """The ingest processor: one batch of turn records in, stored units and events out.
 
 Per batch: validate -> semantic time -> embed -> recurrence check -> upsert into ``units`` ->
-window tracking. It is independent of faust (the topology in ``streams.app`` feeds it), so
-tests and benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
+window tracking. Each unit is stored in its partition's store (``memstream.store.shards``).
+It is independent of faust (the topology in ``streams.app`` feeds it), so tests and
+benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
 redelivered turn is recognised by id and content hash, and a unit is written together with the
 recurrence decision it took part in, so a redelivery can repeat that decision's effects.
 """
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from memstream import metrics
 from memstream.embedders.base import Embedder, Vectors
@@ -23,6 +24,7 @@ from memstream.recurrence import Neighbour, recurrence, top_k
 from memstream.semantic_time import extract_event_times
 from memstream.settings import Settings
 from memstream.store.base import CollectionSpec, Filter, Point, Range, SearchQuery, VectorStore
+from memstream.store.shards import Shards
 from memstream.units import (
     BUFFERED,
     CONSOLIDATED,
@@ -48,6 +50,10 @@ def units_spec(dim: int) -> CollectionSpec:
         numeric_fields=("ts_epoch",),
         tenant_field=TENANT_FIELD,
     )
+
+
+T = TypeVar("T")
+Located = tuple[int, T]  # (partition, value)
 
 
 @dataclass(frozen=True)
@@ -76,12 +82,12 @@ class IngestProcessor:
         self,
         settings: Settings,
         embedder: Embedder,
-        store: VectorStore,
+        shards: Shards,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.embedder = embedder
-        self.store = store
+        self.shards = shards  # opened with units_spec(embedder.dim)
         self.clock = clock
         self.theta_sim = settings.theta_sim if settings.theta_sim is not None else embedder.default_theta_sim
         self.limits = limits_from(
@@ -90,7 +96,6 @@ class IngestProcessor:
         self.session_gap = timedelta(seconds=settings.session_gap_s)
         self.idle_close = timedelta(seconds=settings.idle_close_s)
         self.late_tolerance = timedelta(seconds=settings.late_event_tolerance_s)
-        store.ensure_collection(units_spec(embedder.dim))
 
     async def process(
         self, batch: Sequence[Incoming], window_state: MutableMapping[bytes, Any]
@@ -114,16 +119,18 @@ class IngestProcessor:
                 pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[k + 1]))
             self._record(chunk, vectors, replayed if k == 0 else [], result)
         with metrics.STAGE_SECONDS.labels("windows").time():
-            self._track_windows(new, window_state, now, result)
+            self._track_windows([u for _, u in new], window_state, now, result)
         return result
 
     def status(self) -> dict[str, Any]:
         """What the pipeline has done since this process started, and what the store holds."""
         return {
-            "embedder": self.embedder.name,
-            "theta_sim": self.theta_sim,
-            "theta_count": self.settings.theta_count,
-            "units_in_store": self.store.count(UNITS),
+            "config": {
+                "embedder": self.embedder.name,
+                "theta_sim": self.theta_sim,
+                "theta_count": self.settings.theta_count,
+            },
+            "units_in_store": sum(s.count(UNITS) for s in self.shards.opened()),
             **metrics.snapshot(),
         }
 
@@ -161,37 +168,60 @@ class IngestProcessor:
 
     def _split_known(
         self, fresh: list[tuple[Incoming, Unit]], result: BatchResult, now: float
-    ) -> tuple[list[Unit], list[ConsolidationRequest]]:
-        """New units, and the requests that redelivered units fired."""
-        if not fresh:
-            return [], []
-        existing = {h.id: h.payload for h in self.store.retrieve(UNITS, [u.unit_id for _, u in fresh])}
-        new: list[Unit] = []
-        replayed: list[ConsolidationRequest] = []
+    ) -> tuple[list[Located[Unit]], list[Located[ConsolidationRequest]]]:
+        """New units, and the requests that redelivered units fired, with their partitions."""
+        existing: dict[str, dict[str, Any]] = {}
+        for p, ids in _group((_partition(rec), u.unit_id) for rec, u in fresh).items():
+            existing.update((h.id, h.payload) for h in self.shards.get(p).retrieve(UNITS, ids))
+        new: list[Located[Unit]] = []
+        replayed: list[Located[ConsolidationRequest]] = []
         for rec, unit in fresh:
             prior = existing.get(unit.unit_id)
             if prior is None:
-                new.append(unit)
+                new.append((_partition(rec), unit))
             elif unit_from_payload(prior).content_hash != unit.content_hash:
                 result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
             else:
                 result.duplicates += 1
                 if prior.get(FIRED_FIELD):
-                    replayed.append(ConsolidationRequest.model_validate_json(prior[FIRED_FIELD]))
+                    request = ConsolidationRequest.model_validate_json(prior[FIRED_FIELD])
+                    replayed.append((_partition(rec), request))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         # Arrival order, not dialogue-time order: one by one, a unit sees what arrived before it
         # (and is earlier in dialogue time), so that is what a batch must reproduce.
         return new, replayed
 
-    def _embed(self, units: list[Unit]) -> Vectors:
+    def _embed(self, units: list[Located[Unit]]) -> Vectors:
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
             metrics.STAGE_SECONDS.labels("embed").time(),
         ):
-            return self.embedder.embed([u.text for u in units])
+            return self.embedder.embed([u.text for _, u in units])
 
     def _record(
-        self, new: list[Unit], vectors: Vectors, replayed: list[ConsolidationRequest], result: BatchResult
+        self,
+        new: list[Located[Unit]],
+        vectors: Vectors,
+        replayed: list[Located[ConsolidationRequest]],
+        result: BatchResult,
+    ) -> None:
+        """Record each partition's share in that partition's store (a user's units and requests
+        all live on the user's partition)."""
+        units = _group(((p, i) for i, (p, _) in enumerate(new)))
+        requests = _group(replayed)
+        for p in units.keys() | requests.keys():
+            idx = units.get(p, [])
+            self._record_in(
+                self.shards.get(p), [new[i][1] for i in idx], vectors[idx], requests.get(p, []), result
+            )
+
+    def _record_in(
+        self,
+        store: VectorStore,
+        new: list[Unit],
+        vectors: Vectors,
+        replayed: list[ConsolidationRequest],
+        result: BatchResult,
     ) -> None:
         """Run the recurrence check on new units, then store them with its outcome.
 
@@ -201,7 +231,7 @@ class IngestProcessor:
         (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
         """
         with metrics.STAGE_SECONDS.labels("recurrence").time():
-            fired = self._recurrence(new, vectors)
+            fired = self._recurrence(store, new, vectors)
         marked = {i for req in [*fired.values(), *replayed] for i in req.unit_ids}
 
         with metrics.STAGE_SECONDS.labels("upsert").time():
@@ -213,20 +243,22 @@ class IngestProcessor:
                 if unit.unit_id in fired:
                     payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
                 points.append(Point(unit.unit_id, vector, payload))
-            self.store.upsert(UNITS, points)
+            store.upsert(UNITS, points)
             older = sorted(marked - {u.unit_id for u in new})
             if older:
-                self.store.set_payload(UNITS, older, {STATE_FIELD: CONSOLIDATED})
+                store.set_payload(UNITS, older, {STATE_FIELD: CONSOLIDATED})
         for tenant, n in Counter(u.tenant for u in new).items():
             metrics.UNITS_STORED.labels(tenant).inc(n)
         result.consolidation.extend([*replayed, *fired.values()])
 
-    def _recurrence(self, units: list[Unit], vectors: Vectors) -> dict[str, ConsolidationRequest]:
+    def _recurrence(
+        self, store: VectorStore, units: list[Unit], vectors: Vectors
+    ) -> dict[str, ConsolidationRequest]:
         """Recurrence for units in arrival order, exactly as if checked one by one: each
         sees the top-k buffered earlier units, from the store and from this batch. Marks made
         earlier in the batch are not in the store yet (they are written with the units), so they
         are excluded here, and a store result that held a now-marked unit is asked again."""
-        from_store = self.store.search_many(
+        from_store = store.search_many(
             UNITS, [self._neighbour_query(u, v, ()) for u, v in zip(units, vectors, strict=True)]
         )
         peers = _batch_peers(units, vectors)
@@ -236,7 +268,7 @@ class IngestProcessor:
         for i, unit in enumerate(units):
             hits = from_store[i]
             if any(h.id in marked for h in hits):
-                hits = self.store.search_many(UNITS, [self._neighbour_query(unit, vectors[i], marked)])[0]
+                hits = store.search_many(UNITS, [self._neighbour_query(unit, vectors[i], marked)])[0]
             candidates = [Neighbour(h.id, h.score, False) for h in hits]
             candidates += [
                 Neighbour(units[j].unit_id, s, False) for j, s in peers[i] if units[j].unit_id not in marked
@@ -321,6 +353,18 @@ class IngestProcessor:
             detail=why.detail,
             at=datetime.fromtimestamp(now, UTC),
         )
+
+
+def _partition(rec: Incoming) -> int:
+    return rec.partition or 0  # records built by hand (tests, benchmarks) carry no partition
+
+
+def _group(pairs: Iterable[tuple[int, T]]) -> dict[int, list[T]]:
+    """Values by partition, each list in arrival order."""
+    out: dict[int, list[T]] = {}
+    for p, value in pairs:
+        out.setdefault(p, []).append(value)
+    return out
 
 
 def _batch_peers(units: list[Unit], vectors: Vectors) -> list[list[tuple[int, float]]]:

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from memstream.broker import free_port
-from memstream.cli import main
+from memstream.cli import main, merge_status, render_status
 from memstream.demo import SAMPLE
 
 
@@ -29,7 +29,7 @@ def test_status_without_a_pipeline_says_so(
 ) -> None:
     monkeypatch.setenv("MEMSTREAM_METRICS_PORT", str(free_port()))
     assert main(["status"]) == 1
-    assert "is `memstream up` running?" in capsys.readouterr().err
+    assert "is `memstream up` running" in capsys.readouterr().err
 
 
 def test_invalid_settings_are_reported(
@@ -87,3 +87,38 @@ def test_broker_command_serves_kafka_and_stops_tansu_on_sigterm() -> None:
     while port_open(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not port_open(port), "Tansu outlived `memstream broker`"
+
+
+def test_status_of_several_workers_adds_up() -> None:
+    a = {
+        "config": {"embedder": "hash", "theta_sim": 0.3, "theta_count": 5},
+        "units_in_store": 10,
+        "partitions": [2, 0],
+        "lag": {"t/0": 1, "t/2": 0},
+        "memstream_windows_closed": {"session/new_session": 3},
+    }
+    b = {
+        "config": {"embedder": "hash", "theta_sim": 0.3, "theta_count": 5},
+        "units_in_store": 5,
+        "partitions": [1],
+        "lag": {"t/1": 4},
+        "memstream_windows_closed": {"session/new_session": 2, "day/boundary": 1},
+    }
+    merged = merge_status([a, b])
+    assert merged == {
+        "workers": 2,
+        "config": {"embedder": "hash", "theta_sim": 0.3, "theta_count": 5},
+        "units_in_store": 15,
+        "partitions": [0, 1, 2],
+        "lag": {"t/0": 1, "t/2": 0, "t/1": 4},
+        "memstream_windows_closed": {"session/new_session": 5, "day/boundary": 1},
+    }
+    assert "workers 2" in render_status(merged)
+
+
+def test_up_refuses_more_workers_than_partitions(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_TOPIC_PARTITIONS", "2")
+    assert main(["up", "--workers", "3"]) == 2
+    assert "more than the 2 topic partitions" in capsys.readouterr().err

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.kafka import partition_for
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import scroll_all
-from memstream.store.edge import EdgeStore
+from memstream.store.shards import EdgeShards
 from memstream.units import CONSOLIDATED, STATE_FIELD, UNITS
 from schemas.events import ConsolidationRequest
-from streams.ingest import Incoming, IngestProcessor
+from streams.ingest import Incoming, IngestProcessor, units_spec
 
 TURNS = list(generate(users=3, days=30, seed=5))
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
@@ -23,7 +24,8 @@ RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TU
 def run(
     tmp: Path, batch: int, records: list[Incoming] = RECORDS
 ) -> tuple[IngestProcessor, list[ConsolidationRequest]]:
-    processor = IngestProcessor(Settings(data_dir=tmp), HashingEmbedder(384), EdgeStore(tmp / "store"))
+    shards = EdgeShards(tmp / "store", [units_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp), HashingEmbedder(384), shards)
     state: dict[bytes, object] = {}
     fired: list[ConsolidationRequest] = []
 
@@ -47,7 +49,7 @@ def test_members_are_marked_and_a_cluster_never_fires_twice(tmp_path: Path) -> N
     processor, fired = run(tmp_path, 64)
     members = [i for r in fired for i in r.unit_ids]
     assert len(members) == len(set(members))  # every unit is in at most one request
-    states = {h.id: h.payload[STATE_FIELD] for h in scroll_all(processor.store, UNITS)}
+    states = {h.id: h.payload[STATE_FIELD] for h in scroll_all(processor.shards.get(0), UNITS)}
     assert {i for i, s in states.items() if s == CONSOLIDATED} == set(members)
     assert len(states) == len(TURNS)
 
@@ -69,4 +71,20 @@ def test_redelivery_stores_nothing_and_republishes_the_same_requests(tmp_path: P
     # A crash between storing and publishing loses nothing: the trigger re-publishes its request
     # (same id, so consumers can drop the repeat) and no new request appears.
     assert sorted(r.request_id for r in replayed) == sorted(r.request_id for r in fired)
-    assert processor.store.count(UNITS) == len(TURNS)
+    assert processor.shards.get(0).count(UNITS) == len(TURNS)
+
+
+def test_each_partition_keeps_its_users_units_and_decisions_do_not_change(tmp_path: Path) -> None:
+    partitioned = [
+        Incoming(t.to_bytes(), t.key, "turns", partition_for(t.key.encode(), 3), i)
+        for i, t in enumerate(TURNS)
+    ]
+    assert len({r.partition for r in partitioned}) > 1, "the sample users must spread over partitions"
+    _, whole = run(tmp_path / "one", 64)
+    processor, split = run(tmp_path / "three", 64, partitioned)
+    assert sorted(r.request_id for r in split) == sorted(r.request_id for r in whole)
+    for p in range(3):
+        users = {t.key for t, r in zip(TURNS, partitioned, strict=True) if r.partition == p}
+        stored = scroll_all(processor.shards.get(p), UNITS)
+        assert {h.payload["user_key"] for h in stored} == users
+        assert len(stored) == sum(1 for r in partitioned if r.partition == p)

@@ -23,7 +23,7 @@ from memstream.datasets import RawRecord, read_records
 from memstream.kafka import read_topic
 from memstream.replay import replay
 from memstream.sample import generate
-from memstream.store import open_store, scroll_all
+from memstream.store import all_stores, open_shards, scroll_all
 from memstream.units import UNITS, unit_from_payload
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
@@ -83,7 +83,8 @@ class Run:
 @pytest.fixture(scope="module")
 def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     tmp = tmp_path_factory.mktemp("pipeline")
-    pipeline = make_pipeline(broker, tmp).start()
+    # Two worker processes share the two partitions: the path a scaled-out deployment takes.
+    pipeline = make_pipeline(broker, tmp, MEMSTREAM_WORKERS="2").start()
     settings = pipeline.settings
     try:
         generated = list(generate(users=4, days=40, seed=11))
@@ -149,12 +150,12 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     finally:
         pipeline.stop()
 
-    store = open_store(settings)
+    shards = open_shards(settings, [units_spec(settings.hash_dim)])
     try:
-        store.ensure_collection(units_spec(settings.hash_dim))
-        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
+        stores = all_stores(shards, settings.topic_partitions)
+        units = [unit_from_payload(h.payload) for store in stores for h in scroll_all(store, UNITS)]
     finally:
-        store.close()
+        shards.close()
 
     def topic(name: str) -> list[bytes]:
         return [v for _, v in asyncio.run(read_topic(settings, settings.topic(name)))]
@@ -244,6 +245,8 @@ def test_locomo_conversations_fire_consolidation_and_windows(run: Run) -> None:
 
 def test_status_reports_what_the_topics_and_store_hold(run: Run) -> None:
     st = run.status
+    assert st["workers"] == 2
+    assert st["partitions"] == [0, 1]  # each partition owned by exactly one worker
     assert st["units_in_store"] == len(run.expected)
     assert sum(st["memstream_units_stored"].values()) == len(run.expected)
     assert st["memstream_consolidation_requests"]["recurrence"] == len(run.consolidation)

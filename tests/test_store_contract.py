@@ -16,12 +16,10 @@ import numpy.typing as npt
 import pydantic
 import pytest
 from httpx import Headers
-from pydantic import SecretStr
 from qdrant_client import QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 import memstream
-from memstream.settings import Settings
 from memstream.store import (
     CollectionSpec,
     Filter,
@@ -30,8 +28,6 @@ from memstream.store import (
     SearchQuery,
     StoreUnavailable,
     VectorStore,
-    open_store,
-    qdrant_server,
     search,
 )
 from memstream.store.edge import EdgeStore
@@ -363,34 +359,3 @@ def test_server_adapter_unreachable_is_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
         store.ensure_collection(SPEC)
     store.close()
-
-
-# --- open_store ------------------------------------------------------------------------------
-
-
-def test_open_store_edge(tmp_path: Path) -> None:
-    store = open_store(Settings(data_dir=tmp_path))
-    assert isinstance(store, EdgeStore)
-    store.ensure_collection(SPEC)
-    store.close()
-    assert (tmp_path / "store" / SPEC.name).is_dir()
-
-
-def test_open_store_qdrant_needs_url(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="QDRANT_URL"):
-        open_store(Settings(data_dir=tmp_path, store="qdrant"))
-
-
-def test_open_store_qdrant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    client_kwargs: dict[str, object] = {}
-
-    def fake_client(**kwargs: object) -> object:
-        client_kwargs.update(kwargs)
-        return object()
-
-    monkeypatch.setattr(qdrant_server, "QdrantClient", fake_client)
-    url, key = "https://q.example:6333", SecretStr("secret")
-    settings = Settings(data_dir=tmp_path, store="qdrant", qdrant_url=url, qdrant_api_key=key)
-    assert isinstance(open_store(settings), QdrantServerStore)
-    assert client_kwargs["url"] == url
-    assert client_kwargs["api_key"] == "secret"

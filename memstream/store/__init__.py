@@ -1,8 +1,7 @@
-"""Vector store: the protocol, its plain-data types, and ``open_store`` choosing the adapter from settings."""
+"""Vector store: the protocol, its plain-data types, and the per-partition shards (``open_shards``
+chooses the adapter from settings)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from memstream.store.base import (
     CollectionSpec,
@@ -16,9 +15,7 @@ from memstream.store.base import (
     scroll_all,
     search,
 )
-
-if TYPE_CHECKING:
-    from memstream.settings import Settings
+from memstream.store.shards import Shards, all_stores, open_shards
 
 __all__ = [
     "CollectionSpec",
@@ -27,23 +24,11 @@ __all__ = [
     "Point",
     "Range",
     "SearchQuery",
+    "Shards",
     "StoreUnavailable",
     "VectorStore",
-    "open_store",
+    "all_stores",
+    "open_shards",
     "scroll_all",
     "search",
 ]
-
-
-def open_store(settings: Settings) -> VectorStore:
-    # Adapters are imported here so a process pays only for the client library it uses.
-    if settings.store == "edge":
-        from memstream.store.edge import EdgeStore
-
-        return EdgeStore(settings.data_dir / "store")
-    if not settings.qdrant_url:
-        raise ValueError("MEMSTREAM_STORE=qdrant needs MEMSTREAM_QDRANT_URL")
-    from memstream.store.qdrant_server import QdrantServerStore
-
-    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    return QdrantServerStore.from_url(settings.qdrant_url, api_key)
