@@ -103,6 +103,9 @@ def run_workers(settings: Settings) -> int:
         "MEMSTREAM_BOOTSTRAP_SERVERS": settings.brokers,
         "MEMSTREAM_TANSU_QUIRKS": str(settings.tansu_quirks).lower(),
     }
+    if settings.embedder == "minilm" and not settings.minilm_threads:
+        # One onnxruntime session per core in all: N workers must not each take every core.
+        env["MEMSTREAM_MINILM_THREADS"] = str(max(1, (os.cpu_count() or 1) // settings.workers))
     ports = worker_ports(settings) or [0] * settings.workers
     procs = [
         subprocess.Popen(

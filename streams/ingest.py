@@ -305,7 +305,9 @@ class IngestProcessor:
             Filter(
                 equals={USER_FIELD: unit.key, STATE_FIELD: BUFFERED},
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())},
-                exclude_ids=(unit.unit_id, *marked),
+                # The unit itself is not stored yet (it is written with its decision), so only
+                # units marked earlier in this batch need excluding; an empty list costs nothing.
+                exclude_ids=tuple(marked),
             ),
             with_payload=False,
         )
