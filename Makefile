@@ -28,8 +28,8 @@ test: lint
 	$(BIN)/pytest -q -ra
 
 bench: install
-	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --json
-	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --json
+	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
+	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json
 
 clean:
 	rm -rf $(VENV) .memstream .pytest_cache .mypy_cache .ruff_cache
