@@ -6,6 +6,7 @@ so it cannot drift from the code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -50,6 +51,31 @@ class Settings(BaseSettings):
     openai_embedding_dim: int = Field(1536, ge=1, description="dimension that model returns")
     openai_timeout_s: float = Field(30.0, gt=0, description="per-request timeout")
     openai_max_retries: int = Field(5, ge=0, description="retries on 429/5xx/timeouts")
+
+    # --- consolidation LLM (unset base URL = the extractive consolidator, no LLM) -------------
+    llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible chat endpoint; unset = extractive consolidation (no LLM)"
+    )
+    llm_api_key: SecretStr | None = Field(None, description="API key for the chat endpoint")
+    llm_model: str = Field("gpt-4o-mini", description="chat model for every stage unless overridden")
+    llm_stages: dict[str, dict[str, str | int | float]] = Field(
+        default_factory=dict,
+        description='per-stage overrides as JSON, e.g. {"episode": {"model": "m", "max_tokens": 900, '
+        '"base_url": "...", "timeout_s": 60}}',
+    )
+    llm_max_tokens: int = Field(800, ge=16, description="completion token limit per call")
+    llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature")
+    llm_timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
+    llm_max_retries: int = Field(4, ge=0, description="retries on 429/5xx/timeouts before deferring")
+    llm_backoff_base_s: float = Field(0.5, gt=0, description="first retry delay (exponential, full jitter)")
+    llm_backoff_max_s: float = Field(30.0, gt=0, description="largest retry delay")
+    llm_concurrency: int = Field(4, ge=1, description="LLM calls in flight at once, per worker")
+    llm_daily_token_budget: int = Field(
+        0, ge=0, description="tokens per tenant per UTC day, per worker (0 = unlimited); spent = deferred"
+    )
+    defer_retry_s: float = Field(
+        60.0, gt=0, description="how long deferred consolidation waits before it is tried again"
+    )
 
     # --- vector store --------------------------------------------------------------------
     store: Literal["edge", "qdrant"] = Field("edge", description="edge = embedded Qdrant Edge")
@@ -97,6 +123,12 @@ class Settings(BaseSettings):
     )
     metrics_host: str = Field("127.0.0.1", description="address they listen on (0.0.0.0 in a pod)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @field_validator("llm_stages", mode="before")
+    @classmethod
+    def _stages_json(cls, v: object) -> object:
+        # The environment source decodes JSON itself; from_env() hands over the raw string.
+        return json.loads(v) if isinstance(v, str) else v
 
     @field_validator("default_timezone")
     @classmethod

@@ -1,12 +1,12 @@
-"""Contracts: the pydantic models of every topic record and the topic list."""
+"""Contracts: the pydantic models of every topic record and stored memory, and the topic list."""
 
 from schemas.events import (
     ConsolidationRequest,
     DeadLetter,
     DeadLetterStage,
+    Deferred,
     EventTime,
     Granularity,
-    MemoryUpdate,
     Message,
     Record,
     Role,
@@ -17,6 +17,7 @@ from schemas.events import (
     partition_key,
     unit_id_for,
 )
+from schemas.memory import FactType, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
 from schemas.topics import ALL_TOPICS, TopicSpec
 
 __all__ = [
@@ -24,13 +25,19 @@ __all__ = [
     "ConsolidationRequest",
     "DeadLetter",
     "DeadLetterStage",
+    "Deferred",
     "EventTime",
+    "FactType",
     "Granularity",
+    "Memory",
+    "MemoryKind",
+    "MemoryOp",
     "MemoryUpdate",
     "Message",
     "Record",
     "Role",
     "TopicSpec",
+    "Triple",
     "Turn",
     "Unit",
     "WindowClosed",

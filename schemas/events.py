@@ -232,31 +232,16 @@ class WindowClosed(Record):
         return partition_key(self.tenant, self.user_id)
 
 
-class MemoryOp(StrEnum):
-    UPSERT = "upsert"
-    INVALIDATE = "invalidate"
-    DELETE = "delete"
+class Deferred(Record):
+    """Consolidation work put off (token budget spent, LLM unavailable): it goes back to its topic
+    at ``not_before``. Never dropped."""
 
-
-class MemoryUpdate(Record):
-    """One change to consolidated memory; the ``memories`` collection is a view of this log."""
-
-    op: MemoryOp
-    memory_id: str
-    tenant: TenantId
-    user_id: Identifier
-    kind: str = Field(description="episode, fact, session, day, week, profile, topic, persona")
-    level: int = Field(ge=1, le=6)
-    text: str | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
-    source_turn_ids: list[str] = Field(default_factory=list)
-    payload: dict[str, Any] = Field(default_factory=dict)
-    recorded_at: AwareDatetime
-
-    @property
-    def key(self) -> str:
-        return partition_key(self.tenant, self.user_id)
+    source_topic: str = Field(description="the topic name (without prefix) the work came from")
+    key: str
+    value: RawBytes = Field(description="the original record, base64 in JSON")
+    reason: str
+    attempts: int = Field(ge=1)
+    not_before: AwareDatetime
 
 
 class DeadLetterStage(StrEnum):

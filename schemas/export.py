@@ -7,14 +7,15 @@ from pathlib import Path
 import orjson
 
 from schemas.events import Record, Unit
+from schemas.memory import Memory
 from schemas.topics import ALL_TOPICS
 
 JSON_DIR = Path(__file__).parent / "json"
 
 
 def exported_models() -> list[type[Record]]:
-    # Unit is not on a topic (it lives in the vector store) but is a stored contract too.
-    return [spec.model for spec in ALL_TOPICS] + [Unit]
+    # Unit and Memory are not on a topic (they live in the vector store) but are stored contracts too.
+    return [spec.model for spec in ALL_TOPICS] + [Unit, Memory]
 
 
 def render_all() -> dict[str, bytes]:

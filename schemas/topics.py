@@ -8,14 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import (
-    ConsolidationRequest,
-    DeadLetter,
-    MemoryUpdate,
-    Record,
-    Turn,
-    WindowClosed,
-)
+from schemas.events import ConsolidationRequest, DeadLetter, Deferred, Record, Turn, WindowClosed
+from schemas.memory import MemoryUpdate
 
 
 @dataclass(frozen=True)
@@ -37,6 +31,9 @@ WINDOWS = TopicSpec("windows", WindowClosed, "tenant/user_id", "a session/day/we
 MEMORY_UPDATES = TopicSpec(
     "memory.updates", MemoryUpdate, "tenant/user_id", "the memory change log (upsert/invalidate/delete)"
 )
+DEFERRED = TopicSpec(
+    "deferred", Deferred, "tenant/user_id", "consolidation put off (budget, LLM down), retried later"
+)
 DEAD_LETTER = TopicSpec("dead-letter", DeadLetter, "tenant/user_id", "input that failed, with the reason")
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (TURNS, CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEAD_LETTER)
+ALL_TOPICS: tuple[TopicSpec, ...] = (TURNS, CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEFERRED, DEAD_LETTER)

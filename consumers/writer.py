@@ -1,0 +1,110 @@
+"""The writer protocol: what consolidators ask for, in plain data.
+
+Consolidators (``consumers/recurrence.py``, ``consumers/tree.py``) load units and memories, decide
+*what* to write (merge-first, which children, which facts to supersede) and turn drafts into
+``Memory`` records. A writer only turns sources into text and structure. Two writers:
+
+* ``consumers.extractive.ExtractiveWriter`` -- deterministic, offline, zero tokens (the default);
+* ``consumers.llm_writer.LLMWriter`` -- prompts from ``memstream.prompts`` through the LLM client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from schemas.events import EventTime
+from schemas.memory import FactType, Memory, MemoryKind, Triple
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose memory is being written: for budgets, metrics, and dates in the user's zone."""
+
+    tenant: str
+    user_id: str
+    zone: ZoneInfo
+
+
+@dataclass(frozen=True)
+class Source:
+    """A unit or a memory handed to a writer. Lists of sources are in time order."""
+
+    id: str  # unit_id or memory_id
+    ts: datetime  # dialogue time (aware) of a unit; recorded_at of a memory
+    text: str
+    turn_ids: tuple[str, ...]
+    event_times: tuple[EventTime, ...] = ()  # semantic time found in a unit's text
+    start: datetime | None = None  # a memory's interval
+    end: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeDraft:
+    """A coherent narrative of some of the units, with explicit, anchored dates (never a bare
+    "yesterday": relative expressions are resolved against the dialogue time)."""
+
+    text: str
+    start: datetime  # the event time it covers
+    end: datetime
+    source_ids: tuple[str, ...]  # the unit ids it draws on (non-empty)
+
+
+@dataclass(frozen=True)
+class FactDraft:
+    """A fact the episode compressed away: a sentence and a time-scoped triple."""
+
+    sentence: str
+    triple: Triple
+    fact_type: FactType
+    valid_from: datetime
+    valid_to: datetime | None
+    source_ids: tuple[str, ...]  # unit ids (non-empty)
+    supersedes: tuple[str, ...] = ()  # memory ids of related facts this one invalidates
+
+
+class Writer(Protocol):
+    name: str  # stored on each memory as ``writer``: prompt name@version, or extractive@version
+    model: str | None
+    extractive: bool
+
+    async def episodes(
+        self, scope: Scope, units: Sequence[Source], merge_into: Source | None
+    ) -> list[EpisodeDraft]:
+        """1-3 episodes of ``units``; with ``merge_into`` (the user's nearest episode, similar
+        enough), exactly one: that episode rewritten to include the units."""
+
+    async def facts(
+        self, scope: Scope, episode: EpisodeDraft, units: Sequence[Source], related: Sequence[Memory]
+    ) -> list[FactDraft]:
+        """Facts in ``units`` that ``episode`` compressed away. ``related`` are the user's current
+        facts nearest to the episode: an equivalent fact is not repeated, and a time-anchored update
+        names the facts it supersedes."""
+
+    async def summary(
+        self,
+        scope: Scope,
+        kind: MemoryKind,
+        start: datetime,
+        end: datetime,
+        children: Sequence[Source],
+        history: Sequence[Source],
+    ) -> str:
+        """A session, day or week summary of ``children`` (units, sessions or days), with
+        ``history`` the w most recent summaries of the same level for continuity."""
+
+    async def profile(
+        self,
+        scope: Scope,
+        start: datetime,
+        end: datetime,
+        children: Sequence[Source],
+        previous: Source | None,
+    ) -> str:
+        """The monthly profile: ``previous`` refined with what the month's weeks add."""
+
+    async def durative(self, scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[str, str]:
+        """A topic summary and a persona summary of one cluster of the month's facts (TSM)."""
