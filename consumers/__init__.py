@@ -1,6 +1,51 @@
-"""Consumers of the pipeline's output topics.
+"""Consumers of the pipeline's output topics (wired into the topology in ``streams/app.py``):
 
-Planned here (issue 3, not built yet): the recurrence consolidator reading ``consolidation``,
-the TiMem summarizers reading ``windows``, and the indexer that materialises
-``memory.updates`` into the ``memories`` collection.
+* ``recurrence`` -- ConsolidationRequest -> episodes and facts (RecMem);
+* ``tree`` -- WindowClosed -> Temporal Memory Tree nodes, and durative memory monthly (TiMem, TSM);
+* ``indexer`` -- memory.updates -> the ``memories`` collection (its single writer).
+
+The text itself comes from a writer: the extractive one by default, the LLM one when
+``MEMSTREAM_LLM_BASE_URL`` is set.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consumers.indexer import Indexer
+from consumers.recurrence import RecurrenceConsolidator
+from consumers.tree import TreeSummarizer
+from consumers.writer import Writer
+from memstream.embedders.base import Embedder
+from memstream.llm import LLMClient
+from memstream.settings import Settings
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    writer: Writer
+    recurrence: RecurrenceConsolidator
+    tree: TreeSummarizer
+    indexer: Indexer
+    llm: LLMClient | None  # None: the extractive writer, no LLM
+
+
+def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float) -> Consolidation:
+    writer: Writer
+    llm: LLMClient | None = None
+    if settings.llm_base_url:
+        from consumers.llm_writer import LLMWriter
+
+        llm = LLMClient(settings)
+        writer = LLMWriter(llm, settings.llm_model)
+    else:
+        from consumers.extractive import ExtractiveWriter
+
+        writer = ExtractiveWriter()
+    return Consolidation(
+        writer=writer,
+        recurrence=RecurrenceConsolidator(embedder, writer, theta_sim),
+        tree=TreeSummarizer(embedder, writer),
+        indexer=Indexer(embedder),
+        llm=llm,
+    )

@@ -67,9 +67,12 @@ class FactDraft:
 
 
 class Writer(Protocol):
-    name: str  # stored on each memory as ``writer``: prompt name@version, or extractive@version
     model: str | None
     extractive: bool
+
+    def label(self, stage: str) -> str:
+        """What memories written at ``stage`` (episodes, merge, facts, summary, profile, durative)
+        record as ``writer``: the prompt's name@version, or extractive@version."""
 
     async def episodes(
         self, scope: Scope, units: Sequence[Source], merge_into: Source | None

@@ -73,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=_cmd_status)
 
+    co = sub.add_parser(
+        "cost", help="LLM calls and tokens per stage, per tenant and per 1,000 turns, vs eager extraction"
+    )
+    co.add_argument("--json", action="store_true", help="print JSON")
+    co.set_defaults(func=_cmd_cost)
+
+    ri = sub.add_parser(
+        "reindex", help="rebuild the memories collection from the memory.updates topic (pipeline stopped)"
+    )
+    ri.set_defaults(func=_cmd_reindex)
+
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
     br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
     br.set_defaults(func=_cmd_broker)
@@ -193,6 +204,26 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
     else:
         print(render_status(status))
+    return 0
+
+
+def _cmd_cost(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.cost import cost_report, render
+
+    try:
+        report = cost_report(fetch_status(settings))
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"memstream: no pipeline answers ({exc}); is `memstream up` running?", file=sys.stderr)
+        return 1
+    print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() if args.json else render(report))
+    return 0
+
+
+def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.reindex import reindex
+
+    result = asyncio.run(reindex(settings))
+    print(f"read {result.updates:,} memory updates; the memories collection now holds {result.memories:,}")
     return 0
 
 

@@ -100,3 +100,21 @@ async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> lis
                 out.extend((m.key, m.value) for m in msgs if m.value is not None)
     finally:
         await consumer.stop()
+
+
+async def consumed(settings: Settings, topics: list[str]) -> bool:
+    """Whether the pipeline's group has committed every record of ``topics``. Only for topics the
+    pipeline itself produces: against Tansu it sends one record per batch, so end offsets hold."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(settings.topic_partitions)]
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            if ends[tp] and (await consumer.committed(tp) or 0) < ends[tp]:
+                return False
+        return True
+    finally:
+        await consumer.stop()

@@ -41,6 +41,36 @@ CONSUMER_LAG = Gauge(
     ["topic", "partition"],
 )
 
+# --- consolidation LLM (memstream/llm/) ----------------------------------------------------
+LLM_CALLS = Counter(
+    "memstream_llm_calls",
+    "LLM chat calls by outcome: ok / repaired / invalid once per completion received (parsed at once,"
+    " parsed after the repair call, unparseable), retry per failed attempt that is retried, failed per"
+    " call given up, budget per call refused by the daily token budget",
+    ["stage", "model", "tenant", "outcome"],
+)
+LLM_TOKENS = Counter(
+    "memstream_llm_tokens",
+    "LLM tokens billed, from the responses' usage",
+    ["stage", "model", "tenant", "kind"],
+)
+LLM_SECONDS = Histogram(
+    "memstream_llm_seconds",
+    "Latency of one LLM HTTP call (every attempt, failed ones included)",
+    ["stage", "model"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120),
+)
+LLM_IN_FLIGHT = Gauge("memstream_llm_in_flight", "LLM HTTP calls in flight in this process")
+CONSOLIDATIONS = Counter(
+    "memstream_consolidations",
+    "Consolidation work handled, by trigger (recurrence, session, day, week, month) and outcome "
+    "(done, nothing to write, deferred, invalid)",
+    ["trigger", "outcome"],
+)
+MEMORY_UPDATES = Counter(
+    "memstream_memory_updates", "Memory updates published to memory.updates", ["op", "kind"]
+)
+
 
 def snapshot() -> dict[str, dict[str, float]]:
     """Current counter values keyed by name and label values, for ``memstream status``."""
@@ -54,6 +84,10 @@ def snapshot() -> dict[str, dict[str, float]]:
         WINDOWS_CLOSED,
         LATE_EVENTS,
         RECURRENCE_CHECKS,
+        LLM_CALLS,
+        LLM_TOKENS,
+        CONSOLIDATIONS,
+        MEMORY_UPDATES,
     ):
         for metric in counter.collect():
             values = out.setdefault(metric.name, {})

@@ -20,6 +20,8 @@ from types import FrameType
 
 from faust import Worker
 
+from consumers import build_consolidation
+from consumers.memories import memories_spec
 from memstream.broker import Broker
 from memstream.embedders import make_embedder
 from memstream.kafka import ensure_topics
@@ -60,9 +62,10 @@ def run_up(settings: Settings) -> int:
 def run_worker(settings: Settings) -> None:
     """One faust worker in this process."""
     embedder = make_embedder(settings)
-    shards = open_shards(settings, [units_spec(embedder.dim)])
+    shards = open_shards(settings, [units_spec(embedder.dim), memories_spec(embedder.dim)])
     try:
         processor = IngestProcessor(settings, embedder, shards)
+        consolidation = build_consolidation(settings, embedder, processor.theta_sim)
         log.info(
             "pipeline: embedder=%s dim=%d theta_sim=%.2f theta_count=%d store=%s",
             embedder.name,
@@ -71,7 +74,13 @@ def run_worker(settings: Settings) -> None:
             settings.theta_count,
             settings.store,
         )
-        app = build_app(settings, processor)
+        log.info(
+            "consolidation: %s",
+            f"LLM {settings.llm_model} at {settings.llm_base_url}"
+            if consolidation.llm
+            else "extractive (no LLM)",
+        )
+        app = build_app(settings, processor, consolidation)
         if settings.metrics_port:
             log.info(
                 "metrics and status on http://%s:%d/metrics and /status",

@@ -240,7 +240,6 @@ class Deferred(Record):
     key: str
     value: RawBytes = Field(description="the original record, base64 in JSON")
     reason: str
-    attempts: int = Field(ge=1)
     not_before: AwareDatetime
 
 
@@ -248,6 +247,7 @@ class DeadLetterStage(StrEnum):
     DECODE = "decode"
     VALIDATE = "validate"
     IDEMPOTENCY = "idempotency"
+    CONSOLIDATE = "consolidate"
 
 
 class DeadLetter(Record):

@@ -85,7 +85,9 @@ class Memory(Record):
     triple: Triple | None = Field(default=None, description="facts only")
     fact_type: FactType | None = Field(default=None, description="facts only")
     window_id: str | None = Field(default=None, description="tree nodes: the closed window it summarises")
-    request_id: str | None = Field(default=None, description="episodes and facts: the recurrence request")
+    request_ids: list[str] = Field(
+        default_factory=list, description="episodes and facts: the recurrence requests folded into it"
+    )
     extractive: bool = Field(description="written without an LLM (the extractive consolidator)")
     writer: str = Field(description="prompt name@version, or extractive@version")
     model: str | None = None

@@ -13,7 +13,8 @@ Consolidation consumers (``consumers/``) read [consolidation] and [windows] and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
@@ -22,13 +23,20 @@ from faust.sensors import Monitor
 from faust.types import TP, EventT, Message, StreamT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from consumers import Consolidation
 from memstream import metrics
 from memstream.kafka import partition_for
+from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
 from memstream.settings import Settings
+from memstream.store.base import VectorStore
+from memstream.tree import TreeState
 from memstream.windows import UserWindows, close_idle
-from schemas.events import ConsolidationRequest, DeadLetter, Record, WindowClosed
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
+from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Deferred, Record, WindowClosed
+from schemas.memory import MemoryUpdate
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, TURNS, WINDOWS, TopicSpec
 from streams.ingest import Incoming, IngestProcessor
+
+Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -79,18 +87,21 @@ class ReadOffsets(Monitor):
         return None
 
 
-def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
+def build_app(settings: Settings, processor: IngestProcessor, consolidation: Consolidation) -> faust.App:
     app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
 
+    def topic(spec: TopicSpec) -> faust.TopicT:
+        return app.topic(
+            settings.topic(spec.name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.topic_partitions,
+        )
+
     turns_name = settings.topic(TURNS.name)
-    turns = app.topic(
-        turns_name,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.topic_partitions,
-    )
+    turns = topic(TURNS)
     # Per-user open windows. use_partitioner routes changelog records by key like the turns
     # topic, so state stays co-partitioned with its user even when updated from the timer.
     window_state = app.Table(
@@ -102,27 +113,34 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         use_partitioner=True,
     )
 
-    async def publish(
-        consolidation: Sequence[ConsolidationRequest] = (),
-        windows: Sequence[WindowClosed] = (),
-        dead_letters: Sequence[DeadLetter] = (),
-    ) -> None:
+    # Per-user Temporal Memory Tree state (memstream.tree.TreeState as JSON), co-partitioned too.
+    tree_state = app.Table(
+        "tree-state",
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=bytes,
+        value_type=None,
+        use_partitioner=True,
+    )
+
+    async def publish(*outputs: tuple[TopicSpec, Sequence[Record]]) -> None:
         """Send every record, then wait until all are delivered (acks=all): input offsets are
         acked only after that. Straight to the producer: the records are bytes already, and
         faust's channel machinery costs more per record than the send itself."""
-        for w in windows:  # counted here: the agent and the idle timer both close windows
-            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
-        outputs: list[tuple[str, Sequence[Record]]] = [
-            (CONSOLIDATION.name, consolidation),
-            (WINDOWS.name, windows),
-            (DEAD_LETTER.name, dead_letters),
-        ]
         pending = [
-            await app.producer.send(settings.topic(name), _key(r).encode(), r.to_bytes(), None, None, None)
-            for name, records in outputs
+            await app.producer.send(
+                settings.topic(spec.name), _key(r).encode(), r.to_bytes(), None, None, None
+            )
+            for spec, records in outputs
             for r in records
         ]
         await asyncio.gather(*pending)
+
+    def counted(closed: Sequence[WindowClosed]) -> Sequence[WindowClosed]:
+        # Counted where published: the agent and the idle timer both close windows.
+        for w in closed:
+            metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
+        return closed
 
     @app.agent(turns)
     async def ingest(stream: faust.StreamT) -> None:
@@ -130,7 +148,106 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
         batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
             result = await processor.process([_incoming(e) for e in events], window_state)
-            await publish(result.consolidation, result.windows, result.dead_letters)
+            await publish(
+                (CONSOLIDATION, result.consolidation),
+                (WINDOWS, counted(result.windows)),
+                (DEAD_LETTER, result.dead_letters),
+            )
+
+    async def consolidate_one(event: EventT, spec: TopicSpec, work: Work) -> bool:
+        """One unit of consolidation work and its failure paths: LLM budget spent or LLM down ->
+        deferred (retried later, never dropped); output still invalid after the repair attempt,
+        or an unreadable record -> dead letter. True when its updates were delivered."""
+        now = processor.clock()
+        try:
+            record = spec.model.from_bytes(event.value)
+        except ValueError as exc:
+            metrics.CONSOLIDATIONS.labels(spec.name, "invalid").inc()
+            await publish(
+                (DEAD_LETTER, [_dead(event, spec, DeadLetterStage.VALIDATE, "invalid_record", exc, now)])
+            )
+            return False
+        trigger = record.level.value if isinstance(record, WindowClosed) else "recurrence"
+        try:
+            updates = await work(processor.shards.get(event.message.partition), record)
+        except (BudgetExhausted, LLMUnavailable) as exc:
+            metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
+            await publish((DEFERRED, [_deferred(event, spec, exc, now, settings.defer_retry_s)]))
+            return False
+        except InvalidOutput as exc:
+            metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
+            dead = _dead(event, spec, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, now)
+            await publish((DEAD_LETTER, [dead]))
+            return False
+        for u in updates:
+            metrics.MEMORY_UPDATES.labels(u.op.value, u.memory.kind.value if u.memory else "-").inc()
+        metrics.CONSOLIDATIONS.labels(trigger, "done" if updates else "nothing").inc()
+        await publish((MEMORY_UPDATES, updates))
+        return True
+
+    @app.agent(topic(CONSOLIDATION))
+    async def consolidate(stream: faust.StreamT) -> None:
+        async def work(store: VectorStore, request: Record) -> list[MemoryUpdate]:
+            assert isinstance(request, ConsolidationRequest)
+            return await consolidation.recurrence.handle(store, request)
+
+        async for event in stream.events():
+            await consolidate_one(event, CONSOLIDATION, work)
+
+    @app.agent(topic(WINDOWS))
+    async def summarize(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            key = event.message.key or b""
+            after: list[TreeState] = []
+
+            async def work(store: VectorStore, window: Record) -> list[MemoryUpdate]:
+                assert isinstance(window, WindowClosed)
+                raw = tree_state.get(key)  # noqa: B023  (used within this iteration)
+                state, updates = await consolidation.tree.handle(
+                    store, TreeState.from_json(raw) if raw else TreeState(), window
+                )
+                after.append(state)  # noqa: B023
+                return updates
+
+            # The state moves on only once the node is delivered: a crash in between replays the
+            # window against the old state, which rebuilds the same node (same id, same children).
+            if await consolidate_one(event, WINDOWS, work):
+                tree_state[key] = after[0].to_json()
+
+    @app.agent(topic(MEMORY_UPDATES))
+    async def index(stream: faust.StreamT) -> None:
+        batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
+        async for events in batches:
+            by_partition: dict[int, list[MemoryUpdate]] = {}
+            dead = []
+            for e in events:
+                try:
+                    by_partition.setdefault(e.message.partition, []).append(MemoryUpdate.from_bytes(e.value))
+                except ValueError as exc:
+                    now = processor.clock()
+                    dead.append(
+                        _dead(e, MEMORY_UPDATES, DeadLetterStage.VALIDATE, "invalid_record", exc, now)
+                    )
+            for partition, updates in by_partition.items():
+                await consolidation.indexer.apply(processor.shards.get(partition), updates)
+            await publish((DEAD_LETTER, dead))
+
+    @app.agent(topic(DEFERRED))
+    async def retry_deferred(stream: faust.StreamT) -> None:
+        # In order per partition: waiting for one record holds back the later ones, which were
+        # deferred later and are due no earlier (same delay, or the same budget reset).
+        async for event in stream.events():
+            try:
+                deferred = Deferred.from_bytes(event.value)
+            except ValueError as exc:
+                dead = _dead(
+                    event, DEFERRED, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock()
+                )
+                await publish((DEAD_LETTER, [dead]))
+                continue
+            await asyncio.sleep(max(0.0, deferred.not_before.timestamp() - processor.clock()))
+            name = settings.topic(deferred.source_topic)
+            await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
 
     def owned() -> set[int]:
         """Partitions of the turns topic this worker processes now."""
@@ -160,7 +277,7 @@ def build_app(settings: Settings, processor: IngestProcessor) -> faust.App:
             if done:
                 window_state[key] = state.to_json()
                 closed.extend(done)
-        await publish(windows=closed)
+        await publish((WINDOWS, counted(closed)))
 
     @app.timer(5.0)
     async def report_lag() -> None:
@@ -201,3 +318,36 @@ def _incoming(event: EventT) -> Incoming:
     msg = event.message
     key = msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None
     return Incoming(value=event.value, key=key, topic=msg.topic, partition=msg.partition, offset=msg.offset)
+
+
+def _dead(
+    event: EventT, spec: TopicSpec, stage: DeadLetterStage, reason: str, exc: Exception, now: float
+) -> DeadLetter:
+    msg = event.message
+    metrics.DEAD_LETTERS.labels(stage.value, reason).inc()
+    return DeadLetter(
+        original=event.value or b"",
+        key=msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,
+        source_topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        stage=stage,
+        reason=reason,
+        detail=str(exc)[:2000],
+        at=datetime.fromtimestamp(now, UTC),
+    )
+
+
+def _deferred(event: EventT, spec: TopicSpec, exc: LLMError, now: float, retry_s: float) -> Deferred:
+    if isinstance(exc, BudgetExhausted):
+        reason, not_before = "token_budget", exc.resets_at
+    else:
+        reason, not_before = "llm_unavailable", datetime.fromtimestamp(now, UTC) + timedelta(seconds=retry_s)
+    key = event.message.key
+    return Deferred(
+        source_topic=spec.name,
+        key=key.decode("utf-8", "replace") if isinstance(key, bytes) else "",
+        value=event.value or b"",
+        reason=reason,
+        not_before=not_before,
+    )

@@ -6,8 +6,16 @@ queued with :meth:`OpenAIServer.fail` and consumed one per request, before the r
 
     server.fail(Failure(429, retry_after_s=0.01), Failure(500), Failure(delay_s=1.0))
 
-Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body); add
-``/v1/chat/completions`` there when a chat test server is needed.
+Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body):
+
+* ``/v1/embeddings``: deterministic bag-of-words vectors (``embed``);
+* ``/v1/chat/completions``: the content of each answer is the next string queued with
+  :meth:`OpenAIServer.reply` (malformed JSON included: queue any string), else
+  ``server.chat_responder(body)`` (default ``"{}"``). Usage is deterministic: prompt tokens = words
+  across the request's messages, completion tokens = words of the content (each at least 1).
+  ``server.usage_totals`` sums what the server actually answered (a request whose client timed out
+  during a delay is not answered, so not counted); ``server.chat_delay_s`` delays every chat answer
+  and ``server.max_in_flight`` is the most chat requests it was serving at once.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ import base64
 import hashlib
 import json
 import re
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -29,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 Json = dict[str, Any]
+CHAT_PATH = "/v1/chat/completions"
 Route = Callable[[Json], Json]
 
 
@@ -65,8 +76,17 @@ class OpenAIServer:
         self.dim = dim
         self.embed = embed
         self.requests: list[tuple[str, Json]] = []
-        self.routes: dict[str, Route] = {"/v1/embeddings": self._embeddings}
+        self.routes: dict[str, Route] = {
+            "/v1/embeddings": self._embeddings,
+            CHAT_PATH: self._chat,
+        }
+        self.chat_responder: Callable[[Json], str] = lambda body: "{}"
+        self.chat_delay_s = 0.0
+        self.usage_totals = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._failures: deque[Failure] = deque()
+        self._replies: deque[str] = deque()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -83,6 +103,11 @@ class OpenAIServer:
         with self._lock:
             self._failures.extend(failures)
 
+    def reply(self, *contents: str) -> None:
+        """Queue chat answer contents, consumed one per answered chat request."""
+        with self._lock:
+            self._replies.extend(contents)
+
     def __enter__(self) -> OpenAIServer:
         self._thread.start()
         return self
@@ -98,6 +123,53 @@ class OpenAIServer:
         with self._lock:
             self.requests.append((path, body))
             return self._failures.popleft() if self._failures else None
+
+    def enter_chat(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def exit_chat(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _chat(self, body: Json) -> Json:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise ApiError(400, "every message needs a 'role'")
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            raise ApiError(400, "'model' is required")
+        with self._lock:
+            content = self._replies.popleft() if self._replies else None
+        if content is None:
+            content = self.chat_responder(body)
+        prompt = max(1, sum(len(str(m.get("content") or "").split()) for m in messages))
+        completion = max(1, len(content.split()))
+        with self._lock:
+            self.usage_totals["prompt_tokens"] += prompt
+            self.usage_totals["completion_tokens"] += completion
+            self.usage_totals["calls"] += 1
+            n = self.usage_totals["calls"]
+        return {
+            "id": f"chatcmpl-test{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
 
     def _embeddings(self, body: Json) -> Json:
         inputs = body.get("input")
@@ -137,14 +209,27 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, _error(400, "body is not JSON"))
                 return
             failure = server.record(self.path, body)
-            if failure is not None:
-                time.sleep(failure.delay_s)
-                if failure.status is not None:
-                    headers = {}
-                    if failure.retry_after_s is not None:
-                        headers["Retry-After-Ms"] = str(round(failure.retry_after_s * 1000))
-                    self._send(failure.status, _error(failure.status, "scripted failure"), headers)
-                    return
+            chat = self.path == CHAT_PATH
+            if chat:
+                server.enter_chat()
+            try:
+                self._answer(body, failure, server.chat_delay_s if chat else 0.0)
+            finally:
+                if chat:
+                    server.exit_chat()
+
+        def _answer(self, body: Json, failure: Failure | None, delay_s: float) -> None:
+            delay_s += failure.delay_s if failure is not None else 0.0
+            time.sleep(delay_s)
+            if failure is not None and failure.status is not None:
+                headers = {}
+                if failure.retry_after_s is not None:
+                    headers["Retry-After-Ms"] = str(round(failure.retry_after_s * 1000))
+                self._send(failure.status, _error(failure.status, "scripted failure"), headers)
+                return
+            if delay_s and self._client_gone():
+                self.close_connection = True  # it timed out: nothing is answered (or counted)
+                return
             route = server.routes.get(self.path)
             try:
                 if route is None:
@@ -152,6 +237,14 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, route(body))
             except ApiError as exc:
                 self._send(exc.status, _error(exc.status, str(exc)))
+
+        def _client_gone(self) -> bool:
+            """The client closed the connection (it gave up waiting)."""
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
         def _send(self, status: int, payload: Json, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()

@@ -1,0 +1,72 @@
+"""The indexer: the single writer of the ``memories`` collection, a view of ``memory.updates``.
+
+Idempotent: ids are the memories' own deterministic ids, an upsert rewrites the same point, an
+invalidate of an already invalidated memory rewrites the same values, a delete of a missing one
+does nothing. Replaying the topic from the start (``memstream reindex``) rebuilds the collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from consumers.memories import (
+    CURRENT_FIELD,
+    ID_FIELD,
+    MEMORIES,
+    MEMORY_FIELD,
+    memory_from_payload,
+    memory_payload,
+)
+from memstream.embedders.base import Embedder
+from memstream.store.base import Filter, Point, VectorStore
+from schemas.memory import MemoryOp, MemoryUpdate
+
+
+class Indexer:
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    async def apply(self, store: VectorStore, updates: Sequence[MemoryUpdate]) -> None:
+        """Apply in order; consecutive upserts are embedded and written as one batch."""
+        run: list[MemoryUpdate] = []
+        for update in updates:
+            if update.op == MemoryOp.UPSERT:
+                run.append(update)
+                continue
+            await self._upsert(store, run)
+            run = []
+            if update.op == MemoryOp.INVALIDATE:
+                self._invalidate(store, update)
+            else:
+                store.delete(MEMORIES, Filter(equals={ID_FIELD: update.memory_id}))
+        await self._upsert(store, run)
+
+    async def _upsert(self, store: VectorStore, run: list[MemoryUpdate]) -> None:
+        # The last upsert of an id in the run wins, as it would applied one by one.
+        memories = list({u.memory_id: u.memory for u in run if u.memory is not None}.values())
+        if not memories:
+            return
+        vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in memories])
+        store.upsert(
+            MEMORIES,
+            [Point(m.memory_id, v, memory_payload(m)) for m, v in zip(memories, vectors, strict=True)],
+        )
+
+    def _invalidate(self, store: VectorStore, update: MemoryUpdate) -> None:
+        found = store.retrieve(MEMORIES, [update.memory_id])
+        if not found:
+            return  # superseded before it was indexed here, or forgotten: nothing to mark
+        memory = memory_from_payload(found[0].payload)
+        end = memory.end if memory.end is not None and update.valid_to is None else update.valid_to
+        if end is not None and end < memory.start:
+            end = memory.start
+        memory = memory.model_copy(
+            update={"end": end, "expired_at": update.expired_at, "superseded_by": update.superseded_by}
+        )
+        payload = memory_payload(memory)
+        store.set_payload(
+            MEMORIES,
+            [memory.memory_id],
+            {CURRENT_FIELD: 0, MEMORY_FIELD: payload[MEMORY_FIELD], "end_epoch": payload["end_epoch"]},
+        )

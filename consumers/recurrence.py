@@ -1,0 +1,144 @@
+"""The recurrence consolidator (RecMem §3.3-3.4): a ConsolidationRequest in, memory updates out.
+
+1. load the cluster's units in time order;
+2. merge-first: if the user's nearest current episode has cosine >= theta_sim with the cluster's
+   centroid, the units are folded into it (same memory id); otherwise 1-3 new episodes;
+3. semantic refinement: per episode, the facts it compressed away, given the user's related
+   current facts; an equivalent fact gets the same id (uuid5 of user, triple and start day), so it
+   is never stored twice; a time-anchored update invalidates the facts it supersedes.
+
+It only reads the store; the indexer applies the updates it returns. A request already folded
+into memory (its id is on an episode) is skipped, so redelivery changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from zoneinfo import ZoneInfo
+
+import numpy as np
+
+from consumers.memories import MEMORIES, memory_source, nearest, of_user, union, unit_source, upsert
+from consumers.writer import EpisodeDraft, Scope, Source, Writer
+from memstream.embedders.base import Embedder
+from memstream.store.base import Filter, VectorStore
+from memstream.units import UNITS, USER_FIELD, unit_from_payload
+from schemas.events import ConsolidationRequest, Unit
+from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, memory_id
+
+RELATED_FACTS = 10  # current facts shown to the writer for de-duplication and supersession
+
+
+class RecurrenceConsolidator:
+    def __init__(self, embedder: Embedder, writer: Writer, theta_sim: float) -> None:
+        self.embedder = embedder
+        self.writer = writer
+        self.theta_sim = theta_sim
+
+    async def handle(self, store: VectorStore, req: ConsolidationRequest) -> list[MemoryUpdate]:
+        applied = Filter(equals={USER_FIELD: req.key, "request_ids": req.request_id})
+        if store.count(MEMORIES, applied):
+            return []
+        units = sorted(
+            (unit_from_payload(h.payload) for h in store.retrieve(UNITS, req.unit_ids)),
+            key=lambda u: (u.ts, u.unit_id),
+        )
+        if not units:  # the user was forgotten in the meantime
+            return []
+        scope = Scope(req.tenant, req.user_id, ZoneInfo(units[-1].timezone))
+        sources = [unit_source(u) for u in units]
+        vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in units])
+        centroid = _normalized(vectors.mean(axis=0))
+        near = nearest(store, centroid, of_user(req.key, MemoryKind.EPISODE), 1)
+        merge = near[0][1] if near and near[0][0] >= self.theta_sim else None
+
+        drafts = await self.writer.episodes(scope, sources, memory_source(merge) if merge else None)
+        updates: list[MemoryUpdate] = []
+        for i, draft in enumerate(drafts):
+            episode = self._episode(req, units, draft, merge, i)
+            updates.append(upsert(episode))
+            updates += await self._facts(store, scope, req, units, sources, draft, episode)
+        return updates
+
+    def _episode(
+        self, req: ConsolidationRequest, units: list[Unit], draft: EpisodeDraft, merge: Memory | None, i: int
+    ) -> Memory:
+        turns = [u.turn_id for u in units if u.unit_id in draft.source_ids]
+        start, end = draft.start, draft.end
+        if merge is not None:
+            start, end = min(start, merge.start), max(end, merge.end or merge.start)
+        return Memory(
+            memory_id=merge.memory_id if merge else memory_id("episode", req.request_id, str(i)),
+            tenant=req.tenant,
+            user_id=req.user_id,
+            kind=MemoryKind.EPISODE,
+            level=LEVEL[MemoryKind.EPISODE],
+            text=draft.text,
+            start=start,
+            end=end,
+            recorded_at=units[-1].ts,
+            source_turn_ids=union(merge.source_turn_ids if merge else [], turns),
+            source_unit_ids=union(merge.source_unit_ids if merge else [], draft.source_ids),
+            request_ids=union(merge.request_ids if merge else [], [req.request_id]),
+            extractive=self.writer.extractive,
+            writer=self.writer.label("merge" if merge else "episodes"),
+            model=self.writer.model,
+        )
+
+    async def _facts(
+        self,
+        store: VectorStore,
+        scope: Scope,
+        req: ConsolidationRequest,
+        units: list[Unit],
+        sources: list[Source],
+        draft: EpisodeDraft,
+        episode: Memory,
+    ) -> list[MemoryUpdate]:
+        vector = (await asyncio.to_thread(self.embedder.embed, [draft.text]))[0]
+        related = [m for _, m in nearest(store, vector, of_user(req.key, MemoryKind.FACT), RELATED_FACTS)]
+        mine = [s for s in sources if s.id in draft.source_ids] or sources
+        turn_of = {u.unit_id: u.turn_id for u in units}
+        updates: list[MemoryUpdate] = []
+        for f in await self.writer.facts(scope, draft, mine, related):
+            fid = memory_id("fact", req.key, f.triple.normalized(), f.valid_from.date().isoformat())
+            fact = Memory(
+                memory_id=fid,
+                tenant=req.tenant,
+                user_id=req.user_id,
+                kind=MemoryKind.FACT,
+                level=LEVEL[MemoryKind.FACT],
+                text=f.sentence,
+                start=f.valid_from,
+                end=f.valid_to,
+                recorded_at=episode.recorded_at,
+                source_turn_ids=[turn_of[i] for i in f.source_ids if i in turn_of],
+                source_unit_ids=list(f.source_ids),
+                parent_id=episode.memory_id,
+                triple=f.triple,
+                fact_type=f.fact_type,
+                request_ids=[req.request_id],
+                extractive=self.writer.extractive,
+                writer=self.writer.label("facts"),
+                model=self.writer.model,
+            )
+            updates.append(upsert(fact))
+            updates += [
+                MemoryUpdate(
+                    op=MemoryOp.INVALIDATE,
+                    memory_id=old,
+                    tenant=req.tenant,
+                    user_id=req.user_id,
+                    valid_to=f.valid_from,
+                    expired_at=episode.recorded_at,
+                    superseded_by=fid,
+                )
+                for old in f.supersedes
+                if old != fid
+            ]
+        return updates
+
+
+def _normalized(v: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return (v / norm if norm else v).astype(np.float32)

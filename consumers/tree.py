@@ -1,0 +1,145 @@
+"""The Temporal Memory Tree summarizer (TiMem), and durative memory (TSM) when a month closes.
+
+A ``WindowClosed`` in, the user's new tree state and memory updates out; the pure state machine
+is ``memstream.tree``. Cost control: a parent with a single child (a day with one session, a
+week with one day) reuses the child's text instead of asking the writer to restate it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from consumers.memories import MEMORIES, in_period, memory_from_payload, memory_source, unit_source, upsert
+from consumers.writer import Scope, Source, Writer
+from memstream import durative
+from memstream.embedders.base import Embedder
+from memstream.store.base import Filter, Range, VectorStore, scroll_all
+from memstream.tree import TreeState, apply, hull, plan
+from memstream.units import UNITS, USER_FIELD, unit_from_payload
+from schemas.events import Unit, WindowClosed
+from schemas.memory import LEVEL, Memory, MemoryKind, MemoryUpdate, memory_id
+
+
+class TreeSummarizer:
+    def __init__(self, embedder: Embedder, writer: Writer) -> None:
+        self.embedder = embedder
+        self.writer = writer
+
+    async def handle(
+        self, store: VectorStore, state: TreeState, window: WindowClosed
+    ) -> tuple[TreeState, list[MemoryUpdate]]:
+        p = plan(state, window)
+        scope = Scope(window.tenant, window.user_id, ZoneInfo(window.timezone))
+        history = [memory_source(h) for h in p.history]
+        turn_ids: list[str] = []
+        stage = "summary"
+        if p.kind == MemoryKind.SESSION:
+            units = session_units(store, window)
+            if not units:
+                return state, []
+            children: list[Source] = [unit_source(u) for u in units]
+            child_ids = [u.unit_id for u in units]
+            turn_ids = [u.turn_id for u in units]
+            intervals: list[tuple[datetime, datetime | None]] = [(u.ts, u.ts) for u in units]
+            text = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
+        else:
+            if not p.children:  # nothing below it was summarised (e.g. only late turns that day)
+                return state, []
+            children = [memory_source(c) for c in p.children]
+            child_ids = [c.memory_id for c in p.children]
+            turn_ids = list(dict.fromkeys(t for c in p.children for t in c.source_turn_ids))
+            intervals = [(c.start, c.end) for c in p.children]
+            if p.kind == MemoryKind.PROFILE:
+                stage = "profile"
+                previous = memory_source(p.previous) if p.previous else None
+                text = await self.writer.profile(scope, window.start, window.end, children, previous)
+            elif len(p.children) == 1:
+                stage = "passthrough"
+                text = p.children[0].text
+            else:
+                text = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
+        start, end = hull(window.start, window.end, intervals)
+        single = p.children[0] if stage == "passthrough" else None
+        node = Memory(
+            memory_id=p.node_id,
+            tenant=window.tenant,
+            user_id=window.user_id,
+            kind=p.kind,
+            level=LEVEL[p.kind],
+            text=text,
+            start=start,
+            end=end,
+            recorded_at=window.last_ts,
+            source_turn_ids=turn_ids,
+            children=child_ids,
+            window_id=window.window_id,
+            extractive=single.extractive if single else self.writer.extractive,
+            writer=single.writer if single else self.writer.label(stage),
+            model=single.model if single else self.writer.model,
+        )
+        state, linked = apply(state, node, p.children)
+        updates = [upsert(node), *(upsert(c) for c in linked)]
+        if p.kind == MemoryKind.PROFILE:
+            updates += await self.durative(store, scope, window)
+        return state, updates
+
+    async def durative(self, store: VectorStore, scope: Scope, window: WindowClosed) -> list[MemoryUpdate]:
+        """One topic and one persona memory per cluster of the month's facts (TSM)."""
+        key = window.key
+        facts = sorted(
+            (
+                memory_from_payload(h.payload)
+                for h in scroll_all(
+                    store, MEMORIES, in_period(key, MemoryKind.FACT, window.start, window.end)
+                )
+            ),
+            key=lambda m: (m.start, m.memory_id),
+        )
+        if not facts:
+            return []
+        vectors = await asyncio.to_thread(self.embedder.embed, [f.text for f in facts])
+        labels = durative.cluster(vectors)
+        month = window.start.astimezone(scope.zone).strftime("%Y-%m")
+        updates: list[MemoryUpdate] = []
+        for label in sorted(set(labels)):
+            members = [f for f, lab in zip(facts, labels, strict=True) if lab == label]
+            topic, persona = await self.writer.durative(
+                scope, window.start, [memory_source(m) for m in members]
+            )
+            for kind, text in ((MemoryKind.TOPIC, topic), (MemoryKind.PERSONA, persona)):
+                updates.append(
+                    upsert(
+                        Memory(
+                            memory_id=memory_id(kind.value, key, month, str(label)),
+                            tenant=window.tenant,
+                            user_id=window.user_id,
+                            kind=kind,
+                            level=LEVEL[kind],
+                            text=text,
+                            start=window.start,
+                            end=window.end,
+                            recorded_at=window.last_ts,
+                            source_turn_ids=list(
+                                dict.fromkeys(t for m in members for t in m.source_turn_ids)
+                            ),
+                            children=[m.memory_id for m in members],
+                            window_id=window.window_id,
+                            extractive=self.writer.extractive,
+                            writer=self.writer.label("durative"),
+                            model=self.writer.model,
+                        )
+                    )
+                )
+        return updates
+
+
+def session_units(store: VectorStore, window: WindowClosed) -> list[Unit]:
+    """The units of a closed session, in time order."""
+    flt = Filter(
+        equals={USER_FIELD: window.key},
+        ranges={"ts_epoch": Range(gte=window.first_ts.timestamp(), lt=window.last_ts.timestamp() + 1e-3)},
+    )
+    units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS, flt)]
+    return sorted((u for u in units if u.session_id == window.session_id), key=lambda u: (u.ts, u.unit_id))

@@ -1,0 +1,123 @@
+"""The Temporal Memory Tree (TiMem), as a pure state machine over closed windows.
+
+Each user's tree state holds the nodes built but not yet taken by a parent (``pending``), the
+w most recent nodes of each level (``history``), and the latest profile. A closed window
+becomes one node:
+
+    session closed -> session node (level 2) from the session's units
+    day closed     -> day node (3)     from the pending sessions that started that day
+    week closed    -> week node (4)    from the pending days that started that week
+    month closed   -> profile (5)      from the pending weeks that started that month, refining
+                                        the previous profile
+
+Children are the *pending* nodes, not an index lookup, so a parent never misses a child that
+is still on its way to the ``memories`` collection. A session can run past midnight and an ISO
+week can straddle two months; a node's interval is therefore the hull of its window and its
+children's intervals, which makes the containment invariant (a parent covers its children)
+hold by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from schemas.events import WindowClosed, WindowLevel
+from schemas.memory import Memory, MemoryKind, memory_id
+
+HISTORY = 3  # TiMem's w: same-level nodes shown to the writer for continuity
+
+KIND: dict[WindowLevel, MemoryKind] = {
+    WindowLevel.SESSION: MemoryKind.SESSION,
+    WindowLevel.DAY: MemoryKind.DAY,
+    WindowLevel.WEEK: MemoryKind.WEEK,
+    WindowLevel.MONTH: MemoryKind.PROFILE,
+}
+CHILD: dict[MemoryKind, MemoryKind] = {
+    MemoryKind.DAY: MemoryKind.SESSION,
+    MemoryKind.WEEK: MemoryKind.DAY,
+    MemoryKind.PROFILE: MemoryKind.WEEK,
+}
+
+
+@dataclass
+class TreeState:
+    pending: dict[MemoryKind, list[Memory]] = field(default_factory=dict)
+    history: dict[MemoryKind, list[Memory]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        def dump(nodes: dict[MemoryKind, list[Memory]]) -> dict[str, list[dict[str, Any]]]:
+            return {k.value: [n.model_dump(mode="json") for n in v] for k, v in nodes.items()}
+
+        return {"pending": dump(self.pending), "history": dump(self.history)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TreeState:
+        def load(nodes: dict[str, list[dict[str, Any]]]) -> dict[MemoryKind, list[Memory]]:
+            return {MemoryKind(k): [Memory.model_validate(n) for n in v] for k, v in nodes.items()}
+
+        return cls(pending=load(data.get("pending", {})), history=load(data.get("history", {})))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to build for one closed window."""
+
+    kind: MemoryKind
+    node_id: str
+    children: list[Memory]  # pending children (empty for a session: its children are units)
+    history: list[Memory]  # the w most recent nodes of the same level, oldest first
+    previous: Memory | None  # the latest profile (profiles only)
+
+
+def node_id(window: WindowClosed) -> str:
+    return memory_id("tree", KIND[window.level].value, window.window_id)
+
+
+def plan(state: TreeState, window: WindowClosed) -> Plan:
+    kind = KIND[window.level]
+    children: list[Memory] = []
+    if kind in CHILD:
+        children = sorted(
+            (n for n in state.pending.get(CHILD[kind], []) if n.start < window.end),
+            key=lambda n: (n.start, n.memory_id),
+        )
+    history = state.history.get(kind, [])[-HISTORY:]
+    previous = history[-1] if kind == MemoryKind.PROFILE and history else None
+    return Plan(kind, node_id(window), children, history, previous)
+
+
+def hull(
+    start: datetime, end: datetime, intervals: list[tuple[datetime, datetime | None]]
+) -> tuple[datetime, datetime]:
+    """The smallest interval covering [start, end) and every child interval."""
+    for s, e in intervals:
+        start = min(start, s)
+        end = max(end, e if e is not None else s)
+    return start, end
+
+
+def apply(state: TreeState, node: Memory, children: list[Memory]) -> tuple[TreeState, list[Memory]]:
+    """The state after ``node`` was built from ``children``, and the children with their parent
+    link set (to be upserted again). Idempotent: applying the same node twice changes nothing more."""
+    taken = {c.memory_id for c in children}
+    pending = {k: [n for n in v if n.memory_id not in taken] for k, v in state.pending.items()}
+    pending[node.kind] = [n for n in pending.get(node.kind, []) if n.memory_id != node.memory_id] + [node]
+    if node.kind == MemoryKind.PROFILE:
+        pending.pop(MemoryKind.PROFILE)  # a profile is no one's child: it is kept as history only
+    same = [n for n in state.history.get(node.kind, []) if n.memory_id != node.memory_id] + [node]
+    history = {**state.history, node.kind: same[-HISTORY:]}
+    linked = [replace_parent(c, node.memory_id) for c in children]
+    return TreeState(pending=pending, history=history), linked
+
+
+def replace_parent(child: Memory, parent_id: str) -> Memory:
+    return child.model_copy(update={"parent_id": parent_id})
+
+
+def covers(parent: Memory, child: Memory) -> bool:
+    """The containment invariant, for tests and checks."""
+    parent_end = parent.end if parent.end is not None else parent.start
+    child_end = child.end if child.end is not None else child.start
+    return parent.start <= child.start and child_end <= parent_end

@@ -1,0 +1,223 @@
+"""Consolidation without Kafka: the ingest processor's requests and closed windows, fed to the
+recurrence consolidator and the tree summarizer, their updates applied by the indexer, on a real
+Qdrant Edge store. Once with the extractive writer, once with the LLM writer over real HTTP
+against the OpenAI-compatible test server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers import Consolidation, build_consolidation
+from consumers.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.embedders.hashing import HashingEmbedder
+from memstream.sample import generate
+from memstream.settings import Settings
+from memstream.store.base import VectorStore, scroll_all
+from memstream.store.shards import EdgeShards
+from memstream.tree import TreeState, covers
+from memstream.windows import UserWindows, close_idle
+from schemas.events import ConsolidationRequest, WindowClosed
+from schemas.memory import Memory, MemoryKind, MemoryOp
+from streams.ingest import Incoming, IngestProcessor, units_spec
+from tests.chat_responder import respond
+from tests.openai_server import OpenAIServer
+
+TURNS = list(generate(users=2, days=40, seed=3))
+
+
+@dataclass
+class Events:
+    requests: list[ConsolidationRequest]
+    windows: list[WindowClosed]
+
+
+def ingest(settings: Settings, shards: EdgeShards) -> Events:
+    processor = IngestProcessor(settings, HashingEmbedder(settings.hash_dim), shards)
+    state: dict[bytes, Any] = {}
+    events = Events([], [])
+
+    async def feed() -> None:
+        records = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
+        for i in range(0, len(records), 64):
+            result = await processor.process(records[i : i + 64], state)
+            events.requests += result.consolidation
+            events.windows += result.windows
+
+    asyncio.run(feed())
+    for raw in state.values():  # the users go quiet: idleness closes what is still open
+        _, closed = close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(hours=1))
+        events.windows += closed
+    return events
+
+
+def consolidate(c: Consolidation, store: VectorStore, events: Events) -> int:
+    """What the app's agents do, in topic order; returns the number of updates applied."""
+    trees: dict[str, TreeState] = {}
+
+    async def run() -> int:
+        n = 0
+        for req in events.requests:
+            updates = await c.recurrence.handle(store, req)
+            await c.indexer.apply(store, updates)
+            n += len(updates)
+        for w in events.windows:
+            trees[w.key], updates = await c.tree.handle(store, trees.get(w.key, TreeState()), w)
+            await c.indexer.apply(store, updates)
+            n += len(updates)
+        return n
+
+    return asyncio.run(run())
+
+
+def memories(store: VectorStore) -> dict[str, Memory]:
+    return {h.id: memory_from_payload(h.payload) for h in scroll_all(store, MEMORIES)}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as s:
+        s.chat_responder = respond
+        yield s
+
+
+@pytest.fixture(params=["extractive", "llm"])
+def setup(
+    request: pytest.FixtureRequest, tmp_path: Path, server: OpenAIServer
+) -> tuple[Settings, Consolidation, EdgeShards]:
+    overrides: dict[str, Any] = {"data_dir": tmp_path, "embedder": "hash", "llm_backoff_base_s": 0.01}
+    if request.param == "llm":
+        overrides |= {"llm_base_url": server.base_url, "llm_model": "test-model"}
+    settings = Settings(**overrides)
+    embedder = HashingEmbedder(settings.hash_dim)
+    shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    return settings, build_consolidation(settings, embedder, embedder.default_theta_sim), shards
+
+
+def test_a_replay_builds_episodes_facts_and_every_tree_level(
+    setup: tuple[Settings, Consolidation, EdgeShards],
+) -> None:
+    settings, consolidation, shards = setup
+    events = ingest(settings, shards)
+    assert events.requests and events.windows
+    store = shards.get(0)
+    consolidate(consolidation, store, events)
+    mem = memories(store)
+    kinds = {m.kind for m in mem.values()}
+    assert {MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK} <= kinds
+    assert MemoryKind.PROFILE in kinds  # 40 days: at least one month closed
+    for m in mem.values():
+        assert m.extractive == (consolidation.llm is None)
+        if m.kind in (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION):
+            assert m.source_turn_ids, m
+        for child_id in m.children:
+            child = mem.get(child_id)
+            if child is not None and m.kind not in (MemoryKind.TOPIC, MemoryKind.PERSONA):
+                assert covers(m, child), (m.kind, child.kind)
+                assert child.parent_id == m.memory_id
+    # Every recurrence request is folded into exactly one or more episodes.
+    folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
+    assert folded == {r.request_id for r in events.requests}
+    shards.close()
+
+
+def test_the_same_events_twice_give_the_same_memory(
+    setup: tuple[Settings, Consolidation, EdgeShards],
+) -> None:
+    settings, consolidation, shards = setup
+    events = ingest(settings, shards)
+    store = shards.get(0)
+    consolidate(consolidation, store, events)
+    first = {k: m.model_dump() for k, m in memories(store).items()}
+    consolidate(consolidation, store, events)  # redelivered requests and windows
+    assert {k: m.model_dump() for k, m in memories(store).items()} == first
+    shards.close()
+
+
+def test_llm_tokens_counted_equal_the_servers_usage(tmp_path: Path) -> None:
+    with OpenAIServer() as server:
+        server.chat_responder = respond
+        settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url, llm_model="m")
+        embedder = HashingEmbedder(settings.hash_dim)
+        shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+        consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
+        events = ingest(settings, shards)
+        consolidate(consolidation, shards.get(0), events)
+        assert consolidation.llm is not None
+        totals = consolidation.llm.usage_totals()
+        assert sum(t["calls"] for t in totals.values()) == server.usage_totals["calls"] > 0
+        assert sum(t["prompt_tokens"] for t in totals.values()) == server.usage_totals["prompt_tokens"]
+        assert (
+            sum(t["completion_tokens"] for t in totals.values()) == server.usage_totals["completion_tokens"]
+        )
+        shards.close()
+
+
+def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Path) -> None:
+    """Two requests about where the user lives; the second fact supersedes the first."""
+
+    def responder(body: dict[str, Any]) -> str:
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "semantic memory" not in system:
+            return respond(body)
+        ids = [line[1:37] for line in user.splitlines() if line.startswith("[") and len(line) > 38]
+        known = user.split("Known facts:")[1]
+        old = [line[1:37] for line in known.splitlines() if line.startswith("[")]
+        city, day = ("Porto", "2024-03-20") if old else ("Lisbon", "2024-01-10")
+        fact = {
+            "sentence": f"On {day} the user lives in {city}.",
+            "subject": "user",
+            "predicate": "lives in",
+            "object": city,
+            "type": "time_update",
+            "valid_from": day,
+            "valid_to": None,
+            "unit_ids": ids[:1],
+            "supersedes": old,
+        }
+        return json.dumps({"facts": [fact]})
+
+    with OpenAIServer() as server:
+        server.chat_responder = responder
+        settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url)
+        embedder = HashingEmbedder(settings.hash_dim)
+        shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+        consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
+        events = ingest(settings, shards)
+        users = {r.key for r in events.requests}
+        one_user = Events([r for r in events.requests if r.key == sorted(users)[0]][:2], [])
+        assert len(one_user.requests) == 2
+        store = shards.get(0)
+        consolidate(consolidation, store, one_user)
+        facts = sorted(
+            (m for m in memories(store).values() if m.kind == MemoryKind.FACT), key=lambda m: m.start
+        )
+        assert [f.triple.object for f in facts if f.triple] == ["Lisbon", "Porto"]
+        lisbon, porto = facts
+        assert lisbon.expired_at is not None and lisbon.superseded_by == porto.memory_id
+        assert lisbon.end == porto.start  # it held until the update
+        assert porto.current and not lisbon.current
+        shards.close()
+
+
+def test_invalidate_and_delete_are_idempotent(setup: tuple[Settings, Consolidation, EdgeShards]) -> None:
+    settings, consolidation, shards = setup
+    events = ingest(settings, shards)
+    store = shards.get(0)
+    consolidate(consolidation, store, Events(events.requests[:1], []))
+    some = next(m for m in memories(store).values() if m.kind == MemoryKind.EPISODE)
+    from schemas.memory import MemoryUpdate
+
+    delete = MemoryUpdate(
+        op=MemoryOp.DELETE, memory_id=some.memory_id, tenant=some.tenant, user_id=some.user_id
+    )
+    asyncio.run(consolidation.indexer.apply(store, [delete, delete]))
+    assert some.memory_id not in memories(store)
+    shards.close()

@@ -1,0 +1,856 @@
+"""The extractive writer: pure functions on plain data, and the Writer protocol over them."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumers import extractive as ex
+from consumers.extractive import (
+    ExtractiveWriter,
+    anchor,
+    centrality,
+    classify,
+    durative,
+    episodes,
+    facts,
+    is_question,
+    is_trivial,
+    profile,
+    render,
+    render_interval,
+    sentences,
+    split_sentences,
+    summary,
+)
+from consumers.writer import EpisodeDraft, Scope, Source, Writer
+from memstream.datasets import locomo_turns
+from memstream.semantic_time import extract_event_times
+from memstream.units import build_unit
+from schemas.events import EventTime
+from schemas.memory import FactType, Memory, MemoryKind, Triple
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+UTC_ZONE = ZoneInfo("UTC")
+SCOPE = Scope("locomo", "conv-26", UTC_ZONE)
+MON = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # Monday 8 May 2023, LoCoMo's first session
+THU = datetime(2023, 5, 25, 13, 14, tzinfo=UTC)
+FRI = datetime(2023, 6, 9, 19, 55, tzinfo=UTC)
+
+# Relative expressions the semantic-time extractor resolves: none may appear without its date.
+RELATIVE = re.compile(
+    r"\b(?:yesterday|tomorrow|tonight|last (?:night|week|weekend|month|year|summer|winter|spring|"
+    r"Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)|next (?:week|weekend|month|year|summer)|"
+    r"this (?:weekend|week|month|year|summer)|(?:\d+|an?|one|two|three|four|five|six|a few|a couple of) "
+    r"(?:days?|weeks?|months?|years?) ago)\b",
+    re.IGNORECASE,
+)
+
+
+def bare_relatives(text: str) -> list[str]:
+    return [m.group() for m in RELATIVE.finditer(text) if not text[m.end() :].startswith(" (")]
+
+
+def unit(uid: str, ts: datetime, *lines: tuple[str, str]) -> Source:
+    """A unit as consumers build it: ``speaker: content`` lines, event times from the extractor."""
+    text = "\n".join(f"{speaker}: {content}" for speaker, content in lines)
+    content = " ".join(c for _, c in lines)
+    return Source(uid, ts, text, (uid,), tuple(extract_event_times(content, ts)))
+
+
+def memory_source(mid: str, ts: datetime, text: str) -> Source:
+    return Source(mid, ts, text, (), start=ts - timedelta(hours=1), end=ts)
+
+
+def fact_memory(mid: str, subject: str, predicate: str, obj: str, expired: bool = False) -> Memory:
+    return Memory(
+        memory_id=mid,
+        tenant="locomo",
+        user_id="conv-26",
+        kind=MemoryKind.FACT,
+        level=1,
+        text=f"{subject} {predicate} {obj}",
+        start=MON - timedelta(days=30),
+        end=None,
+        recorded_at=MON - timedelta(days=30),
+        expired_at=MON - timedelta(days=1) if expired else None,
+        triple=Triple(subject=subject, predicate=predicate, object=obj),
+        fact_type=FactType.ENTITY_RELATION,
+        extractive=True,
+        writer="extractive@1",
+    )
+
+
+SESSION_1 = [
+    unit("u01", MON, ("Caroline", "Hey Mel! Good to see you! How have you been?")),
+    unit("u02", MON + timedelta(seconds=30), ("Melanie", "Hey Caroline! I'm swamped with the kids & work.")),
+    unit(
+        "u03",
+        MON + timedelta(minutes=1),
+        ("Caroline", "I went to the LGBTQ support group yesterday and it was so powerful."),
+    ),
+    unit("u04", MON + timedelta(minutes=2), ("Melanie", "Wow, that's cool, Caroline! What happened?")),
+    unit(
+        "u05",
+        MON + timedelta(minutes=3),
+        ("Caroline", "The support group made me feel accepted and gave me courage to embrace myself."),
+    ),
+    unit("u06", MON + timedelta(minutes=4), ("Melanie", "Yeah, I painted that lake sunrise last year!")),
+    unit("u07", MON + timedelta(minutes=5), ("Caroline", "I love painting sunsets with watercolours.")),
+    unit("u08", MON + timedelta(minutes=6), ("Melanie", "Thanks, Caroline! Talk to you soon!")),
+]
+SESSION_2 = [
+    unit(
+        "u11",
+        THU,
+        ("Melanie", "I ran a charity race for mental health last Saturday – it was really rewarding."),
+    ),
+    unit("u12", THU + timedelta(minutes=1), ("Melanie", "We're thinking about going camping next month.")),
+    unit(
+        "u13",
+        THU + timedelta(minutes=2),
+        ("Caroline", "I'm researching adoption agencies because I want to give kids a loving home."),
+    ),
+    unit(
+        "u14",
+        THU + timedelta(minutes=3),
+        ("Caroline", "My friend Anna helped me find an LGBTQ-friendly agency."),
+    ),
+]
+SESSION_3 = [
+    unit("u21", FRI, ("Caroline", "I moved to Boston last week for a counseling job.")),
+    unit(
+        "u22",
+        FRI + timedelta(minutes=1),
+        ("Melanie", "My kids are so excited about summer break this weekend!"),
+    ),
+    unit(
+        "u23",
+        FRI + timedelta(minutes=2),
+        ("Caroline", "I started volunteering at a youth center two weeks ago."),
+    ),
+]
+ALL_UNITS = SESSION_1 + SESSION_2 + SESSION_3
+
+
+# --- sentences --------------------------------------------------------------------------------------------
+
+
+def test_split_sentences_keeps_abbreviations_and_drops_photo_captions() -> None:
+    text = "I met Dr. Smith today! It was great. [shares a photo: a lake at sunrise] Wow."
+    assert split_sentences(text) == ["I met Dr. Smith today!", "It was great.", "Wow."]
+
+
+@pytest.mark.parametrize(
+    ("text", "trivial"),
+    [
+        ("Hey Mel! Good to see you!", True),
+        ("Thanks, Caroline! Talk to you soon!", True),
+        ("Thanks for the support and encouragement.", True),
+        ("Wow, that's cool, Caroline!", True),
+        ("That's great, Mel!", True),
+        ("Hey Caroline, since we last chatted, I've had a lot going on.", False),
+        ("Yeah, I painted that lake sunrise last year!", False),
+        ("I went to a support group.", False),
+    ],
+)
+def test_small_talk_is_trivial(text: str, trivial: bool) -> None:
+    assert is_trivial(text) is trivial
+
+
+def test_questions() -> None:
+    assert is_question("What kinda jobs are you thinkin' of?")
+    assert not is_question("I wonder about it.")
+
+
+def test_unit_sentences_carry_speaker_time_and_resolved_expressions() -> None:
+    got = sentences([SESSION_1[2], SESSION_1[1]], UTC_ZONE)  # given out of order
+    assert [(s.speaker, s.source_id) for s in got] == [
+        ("Melanie", "u02"),
+        ("Melanie", "u02"),
+        ("Caroline", "u03"),
+    ]
+    went = got[2]
+    assert [e.expression for e in went.events] == ["yesterday"]
+    assert went.anchored == "I went to the LGBTQ support group yesterday (7 May 2023) and it was so powerful."
+
+
+def test_continuation_lines_keep_their_speaker() -> None:
+    source = Source("u", MON, "Caroline: I went hiking.\nIt was a long trail up the mountain.", ("u",))
+    assert [s.speaker for s in sentences([source], UTC_ZONE)] == ["Caroline", "Caroline"]
+
+
+def test_memory_sentences_are_read_back_with_their_date_and_speaker() -> None:
+    text = (
+        "Day 8 May 2023:\nOn 8 May 2023, Caroline: I went to the group yesterday (7 May 2023). "
+        "Melanie: I painted a lake. On 9 May 2023, Caroline: I love painting."
+    )
+    got = sentences([memory_source("m", MON + timedelta(days=2), text)], UTC_ZONE)
+    assert [(s.speaker, s.text, s.ts.day) for s in got] == [
+        ("Caroline", "I went to the group yesterday (7 May 2023).", 8),
+        ("Melanie", "I painted a lake.", 8),
+        ("Caroline", "I love painting.", 9),
+    ]
+    assert all(s.events == () for s in got)  # memories are never re-anchored
+
+
+def test_lower_case_speaker_labels_are_read_back() -> None:
+    text = "Session on 6 January 2025 (user-7, assistant):\n"
+    text += "On 6 January 2025, user-7: I ran 5k. assistant: Nice pace."
+    got = sentences([memory_source("m", MON, text)], UTC_ZONE)
+    assert [(s.speaker, s.text) for s in got] == [("user-7", "I ran 5k."), ("assistant", "Nice pace.")]
+
+
+# --- dates ------------------------------------------------------------------------------------------------
+
+
+def one_event(text: str, when: datetime = MON) -> EventTime:
+    found = extract_event_times(text, when)
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "when", "label"),
+    [
+        ("yesterday", MON, "7 May 2023"),
+        ("last Saturday", THU, "20 May 2023"),
+        ("last week", MON, "the week of 1 May 2023"),
+        ("last weekend", MON, "the weekend of 6–7 May 2023"),
+        ("this weekend", FRI, "the weekend of 10–11 June 2023"),
+        ("next month", THU, "June 2023"),
+        ("last month", datetime(2023, 1, 10, tzinfo=UTC), "December 2022"),
+        ("a few months ago", MON, "January–March 2023"),
+        ("last summer", MON, "summer 2022"),
+        ("this winter", datetime(2023, 1, 15, tzinfo=UTC), "winter 2022–2023"),
+        ("last year", MON, "2022"),
+        ("three years ago", FRI, "2020"),
+        ("a few days ago", MON, "4–6 May 2023"),
+        ("the past two weeks", MON, "24 April – 8 May 2023"),
+        ("two hours ago", MON, "8 May 2023"),
+    ],
+)
+def test_render_interval(text: str, when: datetime, label: str) -> None:
+    assert render_interval(one_event(text, when), UTC_ZONE) == label
+
+
+def test_dates_are_rendered_in_the_scopes_zone() -> None:
+    tokyo = ZoneInfo("Asia/Tokyo")
+    late = datetime(2023, 5, 8, 23, 30, tzinfo=UTC)  # already Tuesday 9 May in Tokyo
+    said = late.astimezone(tokyo)
+    [s] = sentences([unit("u", said, ("Caroline", "I went to the support group yesterday."))], tokyo)
+    assert render(s, tokyo) == "On 9 May 2023, Caroline: I went to the support group yesterday (8 May 2023)."
+    # An interval computed in another zone is still named by the day it means.
+    assert render_interval(one_event("yesterday", said), ZoneInfo("America/New_York")) == "8 May 2023"
+
+
+def test_anchor_is_idempotent_and_leaves_explicit_dates_alone() -> None:
+    events = extract_event_times("I went yesterday, back in 2022 I went too.", MON)
+    once = anchor("I went yesterday, back in 2022 I went too.", events, UTC_ZONE)
+    assert once == "I went yesterday (7 May 2023), back in 2022 I went too."
+    assert anchor(once, events, UTC_ZONE) == once
+
+
+def test_anchor_marks_every_occurrence() -> None:
+    events = [one_event("yesterday")]
+    assert anchor("Yesterday was fun; yesterday I ran.", events, UTC_ZONE) == (
+        "Yesterday (7 May 2023) was fun; yesterday (7 May 2023) I ran."
+    )
+
+
+# --- centrality -------------------------------------------------------------------------------------------
+
+
+def test_centrality_prefers_the_sentence_sharing_the_most_vocabulary() -> None:
+    texts = [
+        "The support group met at the community centre.",
+        "The support group was welcoming.",
+        "I like bananas.",
+        "The community centre hosts the support group weekly.",
+    ]
+    scores = centrality(texts)
+    assert scores == centrality(texts)
+    assert min(range(4), key=lambda i: scores[i]) == 2
+    assert centrality([]) == []
+    assert centrality(["the and of", "it is"]) == [0.0, 0.0]  # no content word at all
+
+
+# --- episodes ---------------------------------------------------------------------------------------------
+
+
+def test_episodes_split_at_long_gaps_and_anchor_dates() -> None:
+    drafts = episodes(SCOPE, list(reversed(ALL_UNITS)), None)
+    assert [d.source_ids for d in drafts] == [
+        tuple(u.id for u in SESSION_1),
+        tuple(u.id for u in SESSION_2),
+        tuple(u.id for u in SESSION_3),
+    ]
+    first = drafts[0]
+    assert first.text.startswith("On 8 May 2023, ")
+    assert "Caroline: I went to the LGBTQ support group yesterday (7 May 2023)" in first.text
+    assert "Hey Mel" not in first.text and "Talk to you soon" not in first.text
+    assert first.start == datetime(2022, 1, 1, tzinfo=UTC_ZONE)  # "last year" is part of its time
+    assert first.end == SESSION_1[-1].ts
+    for d in drafts:
+        assert not bare_relatives(d.text), d.text
+        assert len(ex.split_sentences(d.text)) <= ex.EPISODE_SENTENCES
+
+
+def test_at_most_three_episodes() -> None:
+    far = [
+        unit(f"u{i}", MON + timedelta(days=10 * i), ("Caroline", f"I hiked trail number {i} today."))
+        for i in range(6)
+    ]
+    drafts = episodes(SCOPE, far, None)
+    assert len(drafts) == ex.MAX_EPISODES
+    assert sorted(i for d in drafts for i in d.source_ids) == sorted(u.id for u in far)
+    # the two largest gaps are cut (all equal here: the earliest ones)
+    assert [len(d.source_ids) for d in drafts] == [1, 1, 4]
+
+
+def test_episode_is_capped_and_in_time_order() -> None:
+    many = [
+        unit(
+            f"u{i:02}",
+            MON + timedelta(minutes=i),
+            ("Caroline", f"I practised the violin piece number {i} for the recital."),
+        )
+        for i in range(30)
+    ]
+    [draft] = episodes(SCOPE, many, None)
+    said = [int(n) for n in re.findall(r"number (\d+)", draft.text)]
+    assert said == sorted(said)
+    assert len(said) <= ex.EPISODE_SENTENCES
+    assert len(draft.text.split()) <= ex.EPISODE_WORDS + 10 * ex.EPISODE_SENTENCES
+
+
+def test_merge_returns_one_episode_extending_the_existing_one() -> None:
+    existing = Source(
+        "ep1",
+        MON,
+        "On 8 May 2023, Caroline: I went to the LGBTQ support group yesterday (7 May 2023).",
+        ("u03",),
+        start=datetime(2023, 5, 7, tzinfo=UTC),
+        end=MON,
+    )
+    [merged] = episodes(SCOPE, SESSION_2, existing)
+    assert merged.text.startswith(existing.text + " On 25 May 2023, ")
+    assert merged.source_ids == tuple(u.id for u in SESSION_2)
+    assert merged.start == datetime(2023, 5, 7, tzinfo=UTC)
+    assert merged.end == datetime(2023, 7, 1, tzinfo=UTC)  # "next month" said in May
+    # merging the same units again adds nothing new
+    again = Source("ep1", THU, merged.text, (), start=merged.start, end=merged.end)
+    assert episodes(SCOPE, SESSION_2, again)[0].text == merged.text
+
+
+def test_merge_stays_bounded() -> None:
+    existing = Source(
+        "ep", MON, "On 8 May 2023, Caroline: " + "I walked along the river. " * 40, (), start=MON, end=MON
+    )
+    many = [
+        unit(
+            f"n{i}",
+            THU + timedelta(minutes=i),
+            ("Caroline", f"I cooked a new recipe called dish {i} tonight."),
+        )
+        for i in range(20)
+    ]
+    [merged] = episodes(SCOPE, many, existing)
+    assert len(merged.text) <= ex.MERGED_MAX_CHARS
+    assert merged.text.startswith(existing.text.rstrip())
+    assert "dish" in merged.text[len(existing.text) - 1 :]
+    # an episode already past the bound still takes the single most central new sentence
+    huge = Source("ep", MON, "Caroline: " + "I walked along the river. " * 80, (), start=MON, end=MON)
+    [grown] = episodes(SCOPE, many, huge)
+    assert grown.text.count("dish") == 1
+
+
+def test_no_units_no_episodes() -> None:
+    assert episodes(SCOPE, [], None) == []
+
+
+# --- facts ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fact_type", "predicate", "obj"),
+    [
+        (
+            "I love painting sunsets with watercolours.",
+            FactType.PREFERENCE,
+            "loves",
+            "painting sunsets with watercolours",
+        ),
+        (
+            "I'm allergic to peanuts and shellfish.",
+            FactType.PREFERENCE,
+            "is allergic to",
+            "peanuts and shellfish",
+        ),
+        ("I can't stand loud concerts.", FactType.PREFERENCE, "can't stand", "loud concerts"),
+        (
+            "My favourite book is Charlotte's Web.",
+            FactType.PREFERENCE,
+            "favourite book is",
+            "Charlotte's Web",
+        ),
+        (
+            "I'm going to start pottery classes next week.",
+            FactType.USER_EVENT,
+            "plans to",
+            "start pottery classes",
+        ),
+        ("We're thinking about going camping next month.", FactType.USER_EVENT, "plans to", "going camping"),
+        (
+            "Gonna continue my edu and check out career options!",
+            FactType.USER_EVENT,
+            "plans to",
+            "continue my edu and check out career options",
+        ),
+        (
+            "I'd love to support those with similar issues.",
+            FactType.USER_EVENT,
+            "wants to",
+            "support those with similar issues",
+        ),
+        ("My sister Anna is visiting.", FactType.ENTITY_RELATION, "has sister", "Anna"),
+        ("I have a dog named Max.", FactType.ENTITY_RELATION, "has dog", "Max"),
+        ("I live in Chicago with my partner.", FactType.ENTITY_RELATION, "lives in", "Chicago"),
+        ("I'm a single parent of two kids.", FactType.ENTITY_RELATION, "is", "a single parent of two kids"),
+        ("Now I live in Boston.", FactType.TIME_UPDATE, "lives in", "Boston"),
+        ("I moved to Boston last week for a counseling job.", FactType.TIME_UPDATE, "moved to", "Boston"),
+        ("I quit my job at the bakery.", FactType.TIME_UPDATE, "quit", "my job at the bakery"),
+        (
+            "I went to the LGBTQ support group yesterday and it was so powerful.",
+            FactType.USER_EVENT,
+            "went to",
+            "the LGBTQ support group",
+        ),
+        ("Yeah, I painted that lake sunrise last year!", FactType.USER_EVENT, "painted", "that lake sunrise"),
+        (
+            "I'm carving out some me-time each day.",
+            FactType.USER_EVENT,
+            "is carving out",
+            "some me-time each day",
+        ),
+        ("I've been to Paris twice.", FactType.USER_EVENT, "has been to", "Paris twice"),
+        ("I have two kids.", FactType.ENTITY_RELATION, "has", "two kids"),
+        ("I've got a dog and a cat.", FactType.ENTITY_RELATION, "has", "a dog"),
+        ("My kids are so excited about summer break!", FactType.ENTITY_RELATION, "has", "kids"),
+    ],
+)
+def test_classify(text: str, fact_type: FactType, predicate: str, obj: str) -> None:
+    expressions = [e.expression for e in extract_event_times(text, MON)]
+    assert classify(text, expressions) == ex.Claim(fact_type, predicate, obj)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What kinda jobs are you thinking of?",
+        "I think so.",
+        "I totally agree, Melanie.",
+        "I was so happy and thankful for all the support.",
+        "That's really cool.",
+        "I'm a bit tired today.",
+        "I love that!",
+        "I didn't go.",
+    ],
+)
+def test_classify_ignores_what_says_nothing_about_the_speaker(text: str) -> None:
+    assert classify(text) is None
+
+
+def draft_for(units: list[Source]) -> EpisodeDraft:
+    return EpisodeDraft("x", units[0].ts, units[-1].ts, tuple(u.id for u in units))
+
+
+def test_facts_are_time_scoped_triples_named_after_the_speaker() -> None:
+    got = {f.triple.predicate: f for f in facts(SCOPE, draft_for(ALL_UNITS), ALL_UNITS, [])}
+    went = got["went to"]
+    assert went.triple == Triple(subject="Caroline", predicate="went to", object="the LGBTQ support group")
+    assert went.fact_type is FactType.USER_EVENT
+    assert went.sentence == (
+        "On 8 May 2023, Caroline: I went to the LGBTQ support group yesterday (7 May 2023) "
+        "and it was so powerful."
+    )
+    assert (went.valid_from, went.valid_to) == (
+        datetime(2023, 5, 7, tzinfo=UTC),
+        datetime(2023, 5, 8, tzinfo=UTC),
+    )
+    assert went.source_ids == ("u03",)
+    loves = got["loves"]
+    assert (loves.fact_type, loves.valid_from, loves.valid_to) == (FactType.PREFERENCE, SESSION_1[6].ts, None)
+    camping = got["plans to"]
+    assert camping.triple.subject == "Melanie"
+    assert (camping.valid_from, camping.valid_to) == (datetime(2023, 6, 1, tzinfo=UTC), None)  # a plan: open
+    assert got["has friend"].triple.object == "Anna"
+    assert got["ran"].valid_to == datetime(2023, 5, 21, tzinfo=UTC)
+    assert got["moved to"].valid_to is None  # a state that still holds
+    for f in got.values():
+        assert not bare_relatives(f.sentence)
+        assert f.triple.subject in {"Caroline", "Melanie"}
+        assert "?" not in f.sentence
+
+
+def test_an_assistant_is_not_a_subject() -> None:
+    chat = [
+        unit("a", MON, ("user-7", "I joined a running club last week."), ("assistant", "I love that idea!")),
+        unit("b", MON + timedelta(minutes=1), ("assistant", "I recommend stretching before the intervals.")),
+    ]
+    got = facts(SCOPE, draft_for(chat), chat, [])
+    assert [(f.triple.subject, f.triple.predicate) for f in got] == [("user-7", "joined")]
+
+
+def test_facts_only_from_the_episodes_units_and_capped() -> None:
+    got = facts(SCOPE, draft_for(SESSION_2), ALL_UNITS, [])
+    assert {f.source_ids[0] for f in got} <= {u.id for u in SESSION_2}
+    chatty = [
+        unit(f"c{i:02}", MON + timedelta(minutes=i), ("Caroline", f"I visited museum number {i} downtown."))
+        for i in range(30)
+    ]
+    assert len(facts(SCOPE, draft_for(chatty), chatty, [])) == ex.MAX_FACTS
+
+
+def test_facts_skip_known_and_repeated_triples() -> None:
+    twice = [
+        unit("a", MON, ("Caroline", "I love painting sunsets.")),
+        unit("b", MON + timedelta(minutes=1), ("Caroline", "I love painting sunsets!")),
+        unit("c", MON + timedelta(minutes=2), ("Caroline", "I adopted a cat named Luna.")),
+    ]
+    got = facts(SCOPE, draft_for(twice), twice, [])
+    assert [f.triple.normalized() for f in got].count("caroline|loves|painting sunsets") == 1
+    known = fact_memory("m1", "Caroline", "Loves", "painting  sunsets")
+    assert all(f.triple.predicate != "loves" for f in facts(SCOPE, draft_for(twice), twice, [known]))
+
+
+def test_a_time_update_supersedes_current_facts_in_the_same_slot() -> None:
+    related = [
+        fact_memory("lives", "Caroline", "lives in", "New York"),
+        fact_memory("old", "Caroline", "lives in", "Chicago", expired=True),
+        fact_memory("pet", "Caroline", "has dog", "Max"),
+        fact_memory("other", "Melanie", "lives in", "Denver"),
+        fact_memory("work", "Caroline", "works at", "the bakery"),
+        fact_memory("pottery", "Caroline", "started", "pottery classes"),
+    ]
+    got = {f.triple.predicate: f for f in facts(SCOPE, draft_for(SESSION_3), SESSION_3, related)}
+    moved = got["moved to"]
+    assert moved.fact_type is FactType.TIME_UPDATE
+    assert moved.supersedes == ("lives",)
+    assert moved.valid_from == datetime(2023, 5, 29, tzinfo=UTC)  # the week of 29 May
+    # one can start many things: "started" is not a single-valued slot
+    started = got["started"]
+    assert (started.fact_type, started.triple.object, started.supersedes) == (
+        FactType.TIME_UPDATE,
+        "volunteering at a youth center",
+        (),
+    )
+
+
+# --- Temporal Memory Tree ---------------------------------------------------------------------------------
+
+
+def test_session_summary() -> None:
+    text = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, [])
+    header, body = text.split("\n")
+    assert header == "Session on 8 May 2023 (Caroline, Melanie):"
+    assert body.startswith("On 8 May 2023, ")
+    assert "yesterday (7 May 2023)" in body
+    assert len(split_sentences(body)) <= ex.SUMMARY_SENTENCES[MemoryKind.SESSION]
+    assert not bare_relatives(text)
+
+
+def test_day_and_week_summaries_read_their_children_back() -> None:
+    sessions = [
+        memory_source(
+            f"s{i}", part[-1].ts, summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+        )
+        for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3])
+    ]
+    day = summary(SCOPE, MemoryKind.DAY, MON, MON + timedelta(days=1), sessions[:1], [])
+    assert day.startswith("Day 8 May 2023:\nOn 8 May 2023, ")
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [])
+    assert week.startswith("Week of 8 May 2023:\n")
+    assert "On 25 May 2023, " in week and "On 9 June 2023, " in week  # dates survive the round trip
+    assert len(split_sentences(week.split("\n", 1)[1])) <= ex.SUMMARY_SENTENCES[MemoryKind.WEEK]
+    assert not bare_relatives(week)
+
+
+def test_summary_avoids_repeating_the_latest_history() -> None:
+    children = SESSION_1 + SESSION_2
+    first = summary(SCOPE, MemoryKind.DAY, MON, THU, children, [])
+    history = [
+        memory_source("h", MON, first),
+        memory_source("older", MON - timedelta(days=7), "Caroline: Hi."),
+    ]
+    second = summary(SCOPE, MemoryKind.DAY, MON, THU, children, history)
+
+    def said(text: str) -> set[str]:
+        return {re.sub(r"^On [^,]+, ", "", s) for s in split_sentences(text.split("\n")[1])}
+
+    assert said(first) and said(second)
+    assert not said(first) & said(second)
+    # when everything was said already, it still says something
+    only = [SESSION_1[2]]
+    said = summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [])
+    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [memory_source("h", MON, said)]) == said
+
+
+def test_profile_keeps_preferences_newest_first_with_the_previous_lines() -> None:
+    previous = memory_source(
+        "p",
+        MON - timedelta(days=20),
+        "Profile as of April 2023:\nOn 3 April 2023, Caroline: I love hiking in the mountains.",
+    )
+    text = profile(
+        SCOPE, datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC), ALL_UNITS, previous
+    )
+    lines = text.split("\n")
+    assert lines[0] == "Profile as of May 2023:"
+    assert lines[-1] == "On 3 April 2023, Caroline: I love hiking in the mountains."
+    moved = (
+        "On 9 June 2023, Caroline: I moved to Boston last week (the week of 29 May 2023) "
+        "for a counseling job."
+    )
+    loves = "On 8 May 2023, Caroline: I love painting sunsets with watercolours."
+    assert lines.index(moved) < lines.index(loves)  # newest first
+    assert not any("support group" in line for line in lines)  # an event, not who she is
+    # refining with the same month again does not repeat a line
+    again = profile(
+        SCOPE,
+        datetime(2023, 5, 1, tzinfo=UTC),
+        datetime(2023, 6, 1, tzinfo=UTC),
+        ALL_UNITS,
+        memory_source("p2", FRI, text),
+    )
+    assert again == text
+
+
+def test_profile_is_capped_and_falls_back_to_the_most_central_sentence() -> None:
+    likes = [
+        unit(f"l{i:02}", MON + timedelta(minutes=i), ("Caroline", f"I love board game number {i}."))
+        for i in range(20)
+    ]
+    lines = profile(SCOPE, MON, MON + timedelta(days=1), likes, None).split("\n")
+    assert len(lines) == 1 + ex.PROFILE_LINES
+    assert "number 19" in lines[1]  # newest first
+    plain = [unit("x", MON, ("Caroline", "The support group meets at the community centre downtown."))]
+    assert profile(SCOPE, MON, MON, plain, None) == (
+        "Profile as of May 2023:\n"
+        "On 8 May 2023, Caroline: The support group meets at the community centre downtown."
+    )
+
+
+def test_durative_topic_and_persona() -> None:
+    cluster = [
+        memory_source(f"f{i}", f.valid_from, f.sentence)
+        for i, f in enumerate(facts(SCOPE, draft_for(ALL_UNITS), ALL_UNITS, []))
+    ]
+    topic, persona = durative(SCOPE, datetime(2023, 5, 1, tzinfo=UTC), cluster)
+    assert topic.startswith("Topic in May 2023: On ")
+    assert len(split_sentences(topic.removeprefix("Topic in May 2023: "))) == ex.TOPIC_SENTENCES
+    assert persona.startswith("Persona in May 2023: ")
+    assert "I love painting sunsets" in persona
+    assert "support group" not in persona
+    events_only = [
+        memory_source("e", MON, "On 8 May 2023, Caroline: I went to the museum downtown (7 May 2023).")
+    ]
+    assert durative(SCOPE, MON, events_only)[1] == (
+        "Persona in May 2023: On 8 May 2023, Caroline: I went to the museum downtown (7 May 2023)."
+    )
+
+
+# --- properties -------------------------------------------------------------------------------------------
+
+POOL = [
+    "I went to the LGBTQ support group yesterday and it was so powerful.",
+    "Yeah, I painted that lake sunrise last year!",
+    "We're thinking about going camping next month.",
+    "I ran a charity race for mental health last Saturday.",
+    "I love reading fantasy novels on rainy evenings.",
+    "My sister Anna is visiting this weekend.",
+    "I moved to Boston last week for a new job.",
+    "Hey Mel! Good to see you!",
+    "Thanks, Caroline!",
+    "What kinda jobs are you thinking of?",
+    "I'm keen on counseling or working in mental health.",
+    "The adoption agency helps LGBTQ folks build families.",
+    "Wow, that's cool!",
+    "I'm going to start pottery classes next week.",
+    "My favourite book is Charlotte's Web.",
+    "I started a new job at the library two weeks ago.",
+]
+# The only words the writer adds: dates, and the headers of summaries, profiles and durative memory.
+MONTHS = "january february march april may june july august september october november december"
+HEADERS = "on the week of weekend session day profile as topic in persona spring summer autumn winter"
+DATE_WORDS = set(f"{MONTHS} {HEADERS}".split())
+
+units_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 40 * 24 * 60),  # minutes after MON
+        st.sampled_from(["Caroline", "Melanie"]),
+        st.lists(st.sampled_from(POOL), min_size=1, max_size=3),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def build_units(spec: list[tuple[int, str, list[str]]]) -> list[Source]:
+    return [
+        unit(f"u{i:02}", MON + timedelta(minutes=m), (speaker, " ".join(said)))
+        for i, (m, speaker, said) in enumerate(spec)
+    ]
+
+
+def everything(units: list[Source]) -> list[str]:
+    """Every text the writer produces from ``units``."""
+    eps = episodes(SCOPE, units, None)
+    out = [d.text for d in eps]
+    found = [f for d in eps for f in facts(SCOPE, d, units, [])]
+    out += [f.sentence for f in found]
+    start, end = min(u.ts for u in units), max(u.ts for u in units)
+    out.append(summary(SCOPE, MemoryKind.SESSION, start, end, units, []))
+    out.append(profile(SCOPE, start, end, units, None))
+    cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)] or units
+    out += list(durative(SCOPE, start, cluster))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(units_strategy, st.randoms(use_true_random=False))
+def test_outputs_are_deterministic_and_independent_of_input_order(
+    spec: list[tuple[int, str, list[str]]], rnd: random.Random
+) -> None:
+    units = build_units(spec)
+    shuffled = list(units)
+    rnd.shuffle(shuffled)
+    assert everything(units) == everything(shuffled)
+
+
+@settings(max_examples=25, deadline=None)
+@given(units_strategy)
+def test_outputs_use_only_input_words_and_are_never_empty(spec: list[tuple[int, str, list[str]]]) -> None:
+    units = build_units(spec)
+    allowed = {w.lower() for u in units for w in re.findall(r"[^\W\d_]+", u.text)} | DATE_WORDS
+    outputs = everything(units)
+    eps = episodes(SCOPE, units, None)
+    assert 1 <= len(eps) <= ex.MAX_EPISODES
+    assert sorted(i for d in eps for i in d.source_ids) == sorted(u.id for u in units)
+    for text in outputs:
+        assert text.strip()
+        assert set(w.lower() for w in re.findall(r"[^\W\d_]+", text)) <= allowed, text
+        assert not bare_relatives(text), text
+    for d in eps:
+        assert d.start <= d.end
+        assert d.text.split(": ", 1)[1]  # more than a date and a speaker
+
+
+@settings(max_examples=25, deadline=None)
+@given(units_strategy)
+def test_episode_sentences_are_input_sentences(spec: list[tuple[int, str, list[str]]]) -> None:
+    units = build_units(spec)
+    said = {s for sentence in POOL for s in split_sentences(sentence)}
+    for d in episodes(SCOPE, units, None):
+        for piece in split_sentences(d.text):
+            body = re.sub(r"^(?:On \d+ \w+ \d{4}, )?(?:Caroline|Melanie): ", "", piece)
+            assert re.sub(r" \([^()]*\)", "", body) in said
+
+
+# --- the Writer -------------------------------------------------------------------------------------------
+
+
+def test_writer_implements_the_protocol() -> None:
+    writer: Writer = ExtractiveWriter()
+    assert writer.extractive is True
+    assert writer.model is None
+    assert writer.label("episodes") == writer.label("durative") == "extractive@1"
+    methods = {n: m for n, m in inspect.getmembers(Writer, inspect.isfunction) if not n.startswith("_")}
+    assert set(methods) == {"label", "episodes", "facts", "summary", "profile", "durative"}
+    for name, member in methods.items():
+        ours = getattr(ExtractiveWriter, name)
+        assert inspect.signature(ours).parameters.keys() == inspect.signature(member).parameters.keys(), name
+        assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(member), name
+
+
+async def test_writer_output_makes_valid_memories() -> None:
+    writer = ExtractiveWriter()
+    drafts = await writer.episodes(SCOPE, ALL_UNITS, None)
+    assert drafts == episodes(SCOPE, ALL_UNITS, None)
+    common = {
+        "tenant": "locomo",
+        "user_id": "conv-26",
+        "extractive": writer.extractive,
+        "model": writer.model,
+    }
+    for i, d in enumerate(drafts):
+        Memory(
+            memory_id=f"e{i}", kind=MemoryKind.EPISODE, level=1, text=d.text, start=d.start, end=d.end,
+            recorded_at=d.end, source_unit_ids=list(d.source_ids), writer=writer.label("episodes"), **common,
+        )  # fmt: skip
+        for j, f in enumerate(await writer.facts(SCOPE, d, ALL_UNITS, [])):
+            Memory(
+                memory_id=f"f{i}.{j}", kind=MemoryKind.FACT, level=1, text=f.sentence, start=f.valid_from,
+                end=f.valid_to, recorded_at=d.end, triple=f.triple, fact_type=f.fact_type,
+                writer=writer.label("facts"), **common,
+            )  # fmt: skip
+    text = await writer.summary(SCOPE, MemoryKind.SESSION, MON, MON, SESSION_1, [])
+    assert text == summary(SCOPE, MemoryKind.SESSION, MON, MON, SESSION_1, [])
+    assert await writer.profile(SCOPE, MON, THU, ALL_UNITS, None) == profile(SCOPE, MON, THU, ALL_UNITS, None)
+    assert await writer.durative(SCOPE, MON, ALL_UNITS) == durative(SCOPE, MON, ALL_UNITS)
+
+
+# --- LoCoMo -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="needs ../shared/data/locomo/locomo_dev.json")
+async def test_locomo_first_sessions() -> None:
+    turns = list(locomo_turns(LOCOMO))
+    user = turns[0].user_id
+    by_session: dict[str, list[Source]] = {}
+    for turn in turns:
+        if turn.user_id != user:
+            continue
+        u = build_unit(turn, UTC_ZONE, extract_event_times)
+        by_session.setdefault(u.session_id, []).append(
+            Source(u.unit_id, u.ts, u.text, (u.turn_id,), tuple(u.event_times))
+        )
+    parts = list(by_session.values())[:3]
+    units = [u for part in parts for u in part]
+    scope = Scope("locomo", user, UTC_ZONE)
+    writer = ExtractiveWriter()
+
+    eps = await writer.episodes(scope, units, None)
+    assert 1 <= len(eps) <= 3
+    found = [f for d in eps for f in await writer.facts(scope, d, units, [])]
+    assert found
+    sessions = []
+    for i, part in enumerate(parts):
+        text = await writer.summary(scope, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+        assert text.count("\n") == 1 and text.split("\n")[1]
+        sessions.append(memory_source(f"s{i}", part[-1].ts, text))
+    week = await writer.summary(
+        scope, MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1]
+    )
+    prof = await writer.profile(scope, parts[0][0].ts, parts[-1][-1].ts, sessions, None)
+    cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)]
+    topic, persona = await writer.durative(scope, parts[0][0].ts, cluster)
+
+    texts = [d.text for d in eps] + [f.sentence for f in found] + [s.text for s in sessions]
+    texts += [week, prof, topic, persona]
+    for text in texts:
+        assert text.strip()
+        assert not bare_relatives(text), text
+    # the relative expressions LoCoMo's speakers used come out resolved
+    joined = "\n".join(texts)
+    assert "yesterday (7 May 2023)" in joined
+    assert "last year (2022)" in joined
+    assert all(ex.classify(f.sentence.split(": ", 1)[1]) is not None for f in found)

@@ -1,0 +1,143 @@
+"""The Temporal Memory Tree state machine and durative clustering, as pure functions.
+
+Windows come from the real window tracker (memstream.windows) fed with generated sessions, so
+the property covers sessions past midnight, weeks straddling months and idle closing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.durative import cluster
+from memstream.tree import KIND, TreeState, apply, covers, hull, plan
+from memstream.windows import advance, close_idle
+from schemas.events import WindowClosed
+from schemas.memory import LEVEL, Memory, MemoryKind
+
+ZONE = ZoneInfo("Europe/Lisbon")
+T0 = datetime(2024, 1, 29, 9, 0, tzinfo=UTC)
+
+
+def windows_for(sessions: list[tuple[int, int, int]]) -> list[WindowClosed]:
+    """Closed windows of one user for sessions given as (gap in hours, turns, minutes apart)."""
+    state = None
+    out: list[WindowClosed] = []
+    ts = T0
+    for n, (gap_h, turns, step_min) in enumerate(sessions):
+        ts += timedelta(hours=gap_h)
+        for _ in range(turns):
+            state, closed = advance(
+                state,
+                tenant="t",
+                user_id="u",
+                session_id=f"s{n}",
+                ts=ts,
+                zone=ZONE,
+                now=0.0,
+                session_gap=timedelta(hours=1),
+            )
+            out.extend(closed)
+            ts += timedelta(minutes=step_min)
+    assert state is not None
+    state, closed = close_idle(state, now=4e9, idle_close=timedelta(hours=1))
+    return out + closed
+
+
+def build(state: TreeState, window: WindowClosed) -> tuple[TreeState, Memory, list[Memory]]:
+    """What the summarizer does, with a stand-in text."""
+    p = plan(state, window)
+    start, end = hull(window.start, window.end, [(c.start, c.end) for c in p.children])
+    node = Memory(
+        memory_id=p.node_id,
+        tenant="t",
+        user_id="u",
+        kind=p.kind,
+        level=LEVEL[p.kind],
+        text=f"{p.kind.value} node",
+        start=start,
+        end=end,
+        recorded_at=window.last_ts,
+        children=[c.memory_id for c in p.children],
+        window_id=window.window_id,
+        extractive=True,
+        writer="test",
+    )
+    state, linked = apply(state, node, p.children)
+    return state, node, linked
+
+
+sessions = st.lists(
+    st.tuples(st.integers(2, 24 * 12), st.integers(1, 8), st.integers(1, 50)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions)
+def test_every_parent_covers_its_children_and_takes_each_once(spec: list[tuple[int, int, int]]) -> None:
+    state = TreeState()
+    nodes: dict[str, Memory] = {}
+    parent_of: dict[str, str] = {}
+    for window in windows_for(spec):
+        state, node, linked = build(state, window)
+        nodes[node.memory_id] = node
+        for child in linked:
+            assert child.memory_id not in parent_of, "a node has one parent"
+            parent_of[child.memory_id] = node.memory_id
+            assert child.parent_id == node.memory_id
+            assert covers(node, child), (node, child)
+            assert LEVEL[node.kind] == LEVEL[child.kind] + 1
+    assert {n.kind for n in nodes.values()} >= {MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK}
+    # Every session is summarised into a day once its day has closed (idle closing closes all).
+    sessions_ = [n for n in nodes.values() if n.kind == MemoryKind.SESSION]
+    assert all(s.memory_id in parent_of for s in sessions_)
+
+
+def test_month_builds_a_profile_that_refines_the_previous_one() -> None:
+    spec = [(24 * 5, 3, 10)] * 14  # a session every five days for ten weeks
+    state = TreeState()
+    profiles = []
+    for window in windows_for(spec):
+        p = plan(state, window)
+        if p.kind == MemoryKind.PROFILE:
+            assert p.previous == (profiles[-1] if profiles else None)
+        state, node, _ = build(state, window)
+        if node.kind == MemoryKind.PROFILE:
+            profiles.append(node)
+    assert len(profiles) >= 2
+    assert all(p.children for p in profiles)
+    assert MemoryKind.PROFILE not in state.pending
+
+
+def test_history_keeps_the_three_latest_of_a_level_and_the_state_round_trips() -> None:
+    state = TreeState()
+    for window in windows_for([(30, 2, 5)] * 6):
+        state, _node, _ = build(state, window)
+    assert [n.kind for n in state.history[MemoryKind.SESSION]] == [MemoryKind.SESSION] * 3
+    assert TreeState.from_json(state.to_json()) == state
+
+
+def test_replaying_a_window_changes_nothing() -> None:
+    windows = windows_for([(30, 2, 5)] * 4)
+    state = TreeState()
+    for window in windows:
+        state, _, _ = build(state, window)
+    again, _, _ = build(state, windows[-1])
+    assert again.pending.keys() == state.pending.keys()
+    assert {k: [n.memory_id for n in v] for k, v in again.pending.items()} == {
+        k: [n.memory_id for n in v] for k, v in state.pending.items()
+    }
+    assert KIND[windows[-1].level] in again.history
+
+
+def test_durative_clusters_separate_topics_and_are_deterministic() -> None:
+    rng = np.random.default_rng(0)
+    groups = [rng.normal(0, 0.05, (n, 64)) + np.eye(64)[i] for i, n in enumerate((8, 10, 7))]
+    vectors = np.vstack(groups).astype(np.float32)
+    labels = cluster(vectors)
+    assert labels == cluster(vectors)
+    assert labels == [0] * 8 + [1] * 10 + [2] * 7
+    assert cluster(vectors[:4]) == [0] * 4  # too few facts for more than one topic
