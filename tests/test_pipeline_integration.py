@@ -18,15 +18,18 @@ from typing import Any
 import orjson
 import pytest
 
+from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker
 from memstream.datasets import RawRecord, read_records
-from memstream.kafka import read_topic
+from memstream.kafka import consumed, read_topic
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.store import all_stores, open_shards, scroll_all
+from memstream.tree import covers
 from memstream.units import UNITS, unit_from_payload
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
+from schemas.memory import Memory, MemoryKind
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, MEMORY_UPDATES, WINDOWS
 from streams.ingest import units_spec
 from tests.conftest import LOCOMO, Pipeline, make_pipeline, wait_for
 
@@ -74,6 +77,7 @@ class Run:
     pipeline: Pipeline
     expected: dict[str, Turn]  # unit payload key -> turn
     units: list[Unit]
+    memories: list[Memory]
     consolidation: list[ConsolidationRequest]
     windows: list[WindowClosed]
     dead_letters: list[DeadLetter]
@@ -139,6 +143,8 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
             return [w for w in out if b'"reason":"idle"' in w[1]]
 
         wait_for(windows_idle_closed, 60, "idle windows to close")
+        consolidation_topics = [settings.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES)]
+        wait_for(lambda: asyncio.run(consumed(settings, consolidation_topics)), 120, "consolidation")
         status = subprocess.run(
             [sys.executable, "-m", "memstream.cli", "status", "--json"],
             env=pipeline.env,
@@ -150,10 +156,11 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     finally:
         pipeline.stop()
 
-    shards = open_shards(settings, [units_spec(settings.hash_dim)])
+    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
     try:
         stores = all_stores(shards, settings.topic_partitions)
         units = [unit_from_payload(h.payload) for store in stores for h in scroll_all(store, UNITS)]
+        memories = [memory_from_payload(h.payload) for store in stores for h in scroll_all(store, MEMORIES)]
     finally:
         shards.close()
 
@@ -165,6 +172,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
         status=orjson.loads(status.stdout),
         expected=expected,
         units=units,
+        memories=memories,
         consolidation=[ConsolidationRequest.from_bytes(v) for v in topic(CONSOLIDATION.name)],
         windows=[WindowClosed.from_bytes(v) for v in topic(WINDOWS.name)],
         dead_letters=[DeadLetter.from_bytes(v) for v in topic(DEAD_LETTER.name)],
@@ -259,3 +267,30 @@ def test_status_reports_what_the_topics_and_store_hold(run: Run) -> None:
 def test_worker_logged_no_errors(run: Run) -> None:
     logs = Path(run.pipeline.log).read_text(errors="replace")
     assert "Traceback" not in logs, logs[-3000:]
+
+
+def test_extractive_consolidation_builds_episodes_facts_and_the_tree(run: Run) -> None:
+    """No LLM configured: the extractive writer consolidates every request and closed window."""
+    by_kind = Counter(m.kind for m in run.memories)
+    for kind in (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK):
+        assert by_kind[kind] > 0, by_kind
+    assert all(m.extractive and m.model is None for m in run.memories)
+    folded = {r for m in run.memories if m.kind == MemoryKind.EPISODE for r in m.request_ids}
+    assert folded == {r.request_id for r in run.consolidation}
+    known_turns = {t.turn_id for t in run.expected.values()}
+    for m in run.memories:
+        assert set(m.source_turn_ids) <= known_turns
+    if LOCOMO.exists():  # the LoCoMo conversations get episodes, facts and a tree too
+        locomo = Counter(m.kind for m in run.memories if m.tenant == "locomo")
+        assert locomo[MemoryKind.EPISODE] and locomo[MemoryKind.FACT] and locomo[MemoryKind.SESSION]
+        assert locomo[MemoryKind.PROFILE]
+
+
+def test_tree_nodes_cover_their_children(run: Run) -> None:
+    by_id = {m.memory_id: m for m in run.memories}
+    parents = [m for m in run.memories if m.kind in (MemoryKind.DAY, MemoryKind.WEEK, MemoryKind.PROFILE)]
+    assert parents
+    for parent in parents:
+        for child_id in parent.children:
+            child = by_id[child_id]
+            assert covers(parent, child) and child.parent_id == parent.memory_id

@@ -1,0 +1,166 @@
+"""Consolidation through the LLM inside `memstream up`, against the real broker and the
+OpenAI-compatible test server over real HTTP: an LLM outage defers work and loses none of it,
+token counters equal the server's usage, and `memstream reindex` rebuilds the same memories."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+
+from consumers.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.broker import Broker
+from memstream.datasets import RawRecord
+from memstream.kafka import consumed, read_topic
+from memstream.replay import replay
+from memstream.sample import generate
+from memstream.settings import Settings
+from memstream.store import all_stores, open_shards, scroll_all
+from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
+from schemas.memory import Memory, MemoryKind
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
+from streams.ingest import units_spec
+from tests.chat_responder import respond
+from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.openai_server import Failure, OpenAIServer
+
+pytestmark = pytest.mark.integration
+
+OUTAGE = 40  # chat requests answered 500 before the endpoint recovers
+GARBLED = 2  # the first facts answers are not JSON: the first answer and its repair both fail
+
+
+def garbling(body: dict[str, Any], seen: list[int] = [0]) -> str:  # noqa: B006  (a call counter)
+    if "semantic memory" in body["messages"][0]["content"] and seen[0] < GARBLED:
+        seen[0] += 1
+        return "Sure! Here are the facts: the user likes tea."
+    return respond(body)
+
+
+@dataclass
+class Run:
+    pipeline: Pipeline
+    server: OpenAIServer
+    requests: list[ConsolidationRequest]
+    status: dict[str, Any]
+    cost: dict[str, Any]
+    deferred: int
+    dead: list[DeadLetter]
+
+
+def memories(settings: Settings) -> dict[str, Memory]:
+    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
+    try:
+        stores = all_stores(shards, settings.topic_partitions)
+        return {h.id: memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)}
+    finally:
+        shards.close()
+
+
+def cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memstream.cli", *args],
+        env=pipeline.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    with OpenAIServer() as server:
+        server.chat_responder = garbling
+        server.fail(*[Failure(500)] * OUTAGE)
+        pipeline = make_pipeline(
+            broker,
+            tmp_path_factory.mktemp("llm-pipeline"),
+            MEMSTREAM_LLM_BASE_URL=server.base_url,
+            MEMSTREAM_LLM_MODEL="test-model",
+            MEMSTREAM_LLM_MAX_RETRIES="1",
+            MEMSTREAM_LLM_BACKOFF_BASE_S="0.01",
+            MEMSTREAM_LLM_CONCURRENCY="2",
+            MEMSTREAM_DEFER_RETRY_S="1",
+        ).start()
+        settings = pipeline.settings
+        try:
+            turns = list(generate(users=2, days=35, seed=9))
+            report = asyncio.run(
+                replay(settings, [RawRecord(t.key, t.to_bytes()) for t in turns], wait=True, progress=False)
+            )
+            assert report.processed, pipeline.logs()
+            topics = [settings.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEFERRED)]
+
+            def settled() -> bool:
+                idle = cli(pipeline, "status", "--json")
+                closed = (
+                    orjson.loads(idle.stdout).get("memstream_windows_closed", {})
+                    if idle.returncode == 0
+                    else {}
+                )
+                return closed.get("session/idle", 0) >= 2 and asyncio.run(consumed(settings, topics))
+
+            wait_for(settled, 180, "consolidation to settle after the outage")
+            status = orjson.loads(cli(pipeline, "status", "--json").stdout)
+            cost = cli(pipeline, "cost", "--json")
+            assert cost.returncode == 0, cost.stderr
+        finally:
+            pipeline.stop()
+        requests = [
+            ConsolidationRequest.from_bytes(v)
+            for _, v in asyncio.run(read_topic(settings, settings.topic(CONSOLIDATION.name)))
+        ]
+        deferred = len(asyncio.run(read_topic(settings, settings.topic(DEFERRED.name))))
+        dead = [
+            DeadLetter.from_bytes(v)
+            for _, v in asyncio.run(read_topic(settings, settings.topic(DEAD_LETTER.name)))
+        ]
+        yield Run(pipeline, server, requests, status, orjson.loads(cost.stdout), deferred, dead)
+
+
+def test_an_llm_outage_defers_consolidation_and_loses_none(run: Run) -> None:
+    assert run.deferred > 0, "the outage must have deferred some work"
+    assert run.status["memstream_consolidations"].get("recurrence/deferred", 0) > 0
+    mem = memories(run.pipeline.settings)
+    folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
+    dead = {ConsolidationRequest.from_bytes(d.original).request_id for d in run.dead}
+    # Every request is in memory, or in the dead-letter topic with its reason: none vanished.
+    assert folded | dead == {r.request_id for r in run.requests}
+    assert not folded & dead
+    kinds = Counter(m.kind for m in mem.values())
+    assert kinds[MemoryKind.SESSION] and kinds[MemoryKind.FACT]
+    assert all(not m.extractive for m in mem.values())
+    assert {m.model for m in mem.values()} == {"test-model"}
+
+
+def test_token_counters_equal_the_servers_usage(run: Run) -> None:
+    served = run.server.usage_totals
+    assert run.cost["llm_calls"] == served["calls"] > 0
+    assert run.cost["prompt_tokens"] == served["prompt_tokens"]
+    assert run.cost["completion_tokens"] == served["completion_tokens"]
+    assert run.cost["eager_calls"] > run.cost["llm_calls"]
+    assert set(run.cost["by_tenant"]) == {"demo"}
+
+
+def test_reindex_rebuilds_the_same_memories(run: Run) -> None:
+    before = {k: m.model_dump() for k, m in memories(run.pipeline.settings).items()}
+    out = cli(run.pipeline, "reindex")
+    assert out.returncode == 0, out.stderr
+    assert f"now holds {len(before):,}" in out.stdout
+    assert {k: m.model_dump() for k, m in memories(run.pipeline.settings).items()} == before
+
+
+def test_llm_output_invalid_after_the_repair_is_dead_lettered(run: Run) -> None:
+    assert len(run.dead) == 1
+    (dead,) = run.dead
+    assert (dead.stage, dead.reason) == (DeadLetterStage.CONSOLIDATE, "invalid_llm_output")
+    assert dead.source_topic.endswith(CONSOLIDATION.name)
+    assert ConsolidationRequest.from_bytes(dead.original).request_id in {r.request_id for r in run.requests}
+    assert "facts" in dead.detail
