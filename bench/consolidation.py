@@ -35,12 +35,11 @@ from memstream.cli import fetch_status
 from memstream.cost import cost_report
 from memstream.datasets import read_records
 from memstream.embedders import make_embedder
-from memstream.kafka import consumed
+from memstream.kafka import settled
 from memstream.replay import replay
 from memstream.settings import Settings
 from memstream.store import all_stores, open_shards, scroll_all
 from memstream.units import UNITS
-from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, WINDOWS
 from streams.ingest import units_spec
 
 # The test server and its prompt responder live with the tests (a test double, not product code).
@@ -78,6 +77,7 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
             "MEMSTREAM_LLM_MODEL": "bench-model",
             "MEMSTREAM_IDLE_CLOSE_S": "3",
             "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+            "MEMSTREAM_DURATIVE_DELAY_S": "2",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
         }
         settings = Settings.from_env(env)
@@ -98,8 +98,7 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
                 return bool(closed.get("session/idle", 0) >= users)
 
             wait(idle_closed, 300, "idle windows")
-            topics = [settings.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES)]
-            wait(lambda: asyncio.run(consumed(settings, topics)), 900, "consolidation to finish")
+            wait(lambda: asyncio.run(settled(settings)), 900, "consolidation to finish")
             elapsed = time.perf_counter() - t0
             cost = cost_report(fetch_status(settings))
         finally:

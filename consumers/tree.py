@@ -80,13 +80,12 @@ class TreeSummarizer:
             model=single.model if single else self.writer.model,
         )
         state, linked = apply(state, node, p.children)
-        updates = [upsert(node), *(upsert(c) for c in linked)]
-        if p.kind == MemoryKind.PROFILE:
-            updates += await self.durative(store, scope, window)
-        return state, updates
+        return state, [upsert(node), *(upsert(c) for c in linked)]
 
-    async def durative(self, store: VectorStore, scope: Scope, window: WindowClosed) -> list[MemoryUpdate]:
-        """One topic and one persona memory per cluster of the month's facts (TSM)."""
+    async def durative(self, store: VectorStore, window: WindowClosed) -> list[MemoryUpdate]:
+        """One topic and one persona memory per cluster of a closed month's facts (TSM). The
+        app runs it a while after the month closed, so the month's last facts have landed."""
+        scope = Scope(window.tenant, window.user_id, ZoneInfo(window.timezone))
         key = window.key
         facts = sorted(
             (

@@ -247,6 +247,10 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"windows closed {label:<18}{n:>8,.0f}")
     for label, n in sorted(status.get("memstream_dead_letters", {}).items()):
         lines.append(f"dead letters {label:<20}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_consolidations", {}).items()):
+        lines.append(f"consolidations {label:<18}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_memory_updates", {}).items()):
+        lines.append(f"memory updates {label:<18}{n:>8,.0f}")
     lag = status.get("lag", {})
     lines.append(f"consumer lag              {sum(lag.values()):>10,.0f}  ({len(lag)} partitions)")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from typing import Any
 
 from memstream.broker import free_port, port_open
 from memstream.datasets import read_records
+from memstream.kafka import settled
 from memstream.replay import replay
 from memstream.settings import Settings
 
@@ -43,6 +44,7 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
         "MEMSTREAM_METRICS_PORT": str(metrics_port),
         "MEMSTREAM_IDLE_CLOSE_S": str(idle_close_s),
         "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+        "MEMSTREAM_DURATIVE_DELAY_S": "2",
         "MEMSTREAM_LOG_LEVEL": "WARNING",
     }
     env.pop("MEMSTREAM_BOOTSTRAP_SERVERS", None)
@@ -82,13 +84,20 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
         print(f"waiting {idle_close_s:.0f}s of quiet for the open windows to close ...", flush=True)
         users = len({r.key for r in records})
         _wait(lambda: _idle_sessions(client) >= users, 120, "idle windows to close", proc, log)
+        _wait(lambda: asyncio.run(settled(client)), 300, "consolidation to finish", proc, log)
         status = _status(client)
         assert status is not None
         print()
         print(render_status(status))
         print(
-            "\nEvery exchange is embedded and stored raw; no LLM ran. Consolidation requests mark topics "
-            "that recurred; closed windows are where TiMem summaries will be built."
+            "\nEvery exchange was embedded and stored raw. Only recurring topics (consolidation requests) "
+            "and closed windows were consolidated: into episodes and facts, and session/day/week/profile "
+            "nodes of the memory tree"
+            + (
+                " by the extractive consolidator (no LLM configured: 0 tokens)."
+                if not settings.llm_base_url
+                else f" by {settings.llm_model}; `memstream cost` shows the tokens."
+            )
         )
         return 0
     finally:

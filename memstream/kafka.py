@@ -17,7 +17,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 
 from memstream.settings import Settings
-from schemas.topics import ALL_TOPICS
+from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEFERRED, MEMORY_UPDATES, WINDOWS
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -118,3 +118,10 @@ async def consumed(settings: Settings, topics: list[str]) -> bool:
         return True
     finally:
         await consumer.stop()
+
+
+async def settled(settings: Settings) -> bool:
+    """Whether consolidation has nothing left in flight: every record of the topics after ingest
+    committed, twice in a row (work in flight publishes into the next topic in between)."""
+    topics = [settings.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, DEFERRED, MEMORY_UPDATES)]
+    return await consumed(settings, topics) and await consumed(settings, topics)

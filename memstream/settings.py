@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     llm_daily_token_budget: int = Field(
         0, ge=0, description="tokens per tenant per UTC day, per worker (0 = unlimited); spent = deferred"
     )
+    durative_delay_s: float = Field(
+        60.0, ge=0, description="wait after a month closes before its durative memory is written"
+    )
     defer_retry_s: float = Field(
         60.0, gt=0, description="how long deferred consolidation waits before it is tried again"
     )

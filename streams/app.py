@@ -31,12 +31,21 @@ from memstream.settings import Settings
 from memstream.store.base import VectorStore
 from memstream.tree import TreeState
 from memstream.windows import UserWindows, close_idle
-from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Deferred, Record, WindowClosed
+from schemas.events import (
+    ConsolidationRequest,
+    DeadLetter,
+    DeadLetterStage,
+    Deferred,
+    Record,
+    WindowClosed,
+    WindowLevel,
+)
 from schemas.memory import MemoryUpdate
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, TURNS, WINDOWS, TopicSpec
 from streams.ingest import Incoming, IngestProcessor
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
+DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -154,29 +163,39 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 (DEAD_LETTER, result.dead_letters),
             )
 
-    async def consolidate_one(event: EventT, spec: TopicSpec, work: Work) -> bool:
+    async def consolidate_one(
+        event: EventT, spec: TopicSpec, work: Work, deferred: Deferred | None = None
+    ) -> bool:
         """One unit of consolidation work and its failure paths: LLM budget spent or LLM down ->
         deferred (retried later, never dropped); output still invalid after the repair attempt,
-        or an unreadable record -> dead letter. True when its updates were delivered."""
+        or an unreadable record -> dead letter. True when its updates were delivered. Work that
+        was deferred carries its record and its kind in ``deferred``."""
         now = processor.clock()
+        value = deferred.value if deferred else event.value or b""
+        key = event.message.key or b""
+        source = deferred.source_topic if deferred else spec.name
         try:
-            record = spec.model.from_bytes(event.value)
+            record = spec.model.from_bytes(value)
         except ValueError as exc:
-            metrics.CONSOLIDATIONS.labels(spec.name, "invalid").inc()
-            await publish(
-                (DEAD_LETTER, [_dead(event, spec, DeadLetterStage.VALIDATE, "invalid_record", exc, now)])
-            )
+            metrics.CONSOLIDATIONS.labels(source, "invalid").inc()
+            await publish((DEAD_LETTER, [_dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, now)]))
             return False
-        trigger = record.level.value if isinstance(record, WindowClosed) else "recurrence"
+        if source == DURATIVE:
+            trigger = DURATIVE
+        elif isinstance(record, WindowClosed):
+            trigger = record.level.value
+        else:
+            trigger = "recurrence"
         try:
             updates = await work(processor.shards.get(event.message.partition), record)
         except (BudgetExhausted, LLMUnavailable) as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
-            await publish((DEFERRED, [_deferred(event, spec, exc, now, settings.defer_retry_s)]))
+            later = _deferred(source, key, value, exc, now, settings.defer_retry_s)
+            await publish((DEFERRED, [later]))
             return False
         except InvalidOutput as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
-            dead = _dead(event, spec, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, now)
+            dead = _dead(event, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, now, value)
             await publish((DEAD_LETTER, [dead]))
             return False
         for u in updates:
@@ -213,6 +232,21 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             # window against the old state, which rebuilds the same node (same id, same children).
             if await consolidate_one(event, WINDOWS, work):
                 tree_state[key] = after[0].to_json()
+                window = WindowClosed.from_bytes(event.value)
+                if window.level == WindowLevel.MONTH:
+                    # Durative memory clusters the month's facts, some of which may still be on their
+                    # way from recurrence consolidation: it runs once they have surely landed.
+                    due = datetime.fromtimestamp(processor.clock(), UTC) + timedelta(
+                        seconds=settings.durative_delay_s
+                    )
+                    job = Deferred(
+                        source_topic=DURATIVE,
+                        key=window.key,
+                        value=event.value,
+                        reason="durative_due",
+                        not_before=due,
+                    )
+                    await publish((DEFERRED, [job]))
 
     @app.agent(topic(MEMORY_UPDATES))
     async def index(stream: faust.StreamT) -> None:
@@ -225,9 +259,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     by_partition.setdefault(e.message.partition, []).append(MemoryUpdate.from_bytes(e.value))
                 except ValueError as exc:
                     now = processor.clock()
-                    dead.append(
-                        _dead(e, MEMORY_UPDATES, DeadLetterStage.VALIDATE, "invalid_record", exc, now)
-                    )
+                    dead.append(_dead(e, DeadLetterStage.VALIDATE, "invalid_record", exc, now))
             for partition, updates in by_partition.items():
                 await consolidation.indexer.apply(processor.shards.get(partition), updates)
             await publish((DEAD_LETTER, dead))
@@ -235,17 +267,23 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     @app.agent(topic(DEFERRED))
     async def retry_deferred(stream: faust.StreamT) -> None:
         # In order per partition: waiting for one record holds back the later ones, which were
-        # deferred later and are due no earlier (same delay, or the same budget reset).
+        # deferred later and are mostly due no earlier (same delay, or the same budget reset).
         async for event in stream.events():
             try:
                 deferred = Deferred.from_bytes(event.value)
             except ValueError as exc:
-                dead = _dead(
-                    event, DEFERRED, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock()
-                )
+                dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
                 await publish((DEAD_LETTER, [dead]))
                 continue
             await asyncio.sleep(max(0.0, deferred.not_before.timestamp() - processor.clock()))
+            if deferred.source_topic == DURATIVE:
+
+                async def durative(store: VectorStore, window: Record) -> list[MemoryUpdate]:
+                    assert isinstance(window, WindowClosed)
+                    return await consolidation.tree.durative(store, window)
+
+                await consolidate_one(event, WINDOWS, durative, deferred)
+                continue
             name = settings.topic(deferred.source_topic)
             await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
 
@@ -321,12 +359,12 @@ def _incoming(event: EventT) -> Incoming:
 
 
 def _dead(
-    event: EventT, spec: TopicSpec, stage: DeadLetterStage, reason: str, exc: Exception, now: float
+    event: EventT, stage: DeadLetterStage, reason: str, exc: Exception, now: float, value: bytes | None = None
 ) -> DeadLetter:
     msg = event.message
     metrics.DEAD_LETTERS.labels(stage.value, reason).inc()
     return DeadLetter(
-        original=event.value or b"",
+        original=value if value is not None else event.value or b"",
         key=msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,
         source_topic=msg.topic,
         partition=msg.partition,
@@ -338,16 +376,15 @@ def _dead(
     )
 
 
-def _deferred(event: EventT, spec: TopicSpec, exc: LLMError, now: float, retry_s: float) -> Deferred:
+def _deferred(source: str, key: bytes, value: bytes, exc: LLMError, now: float, retry_s: float) -> Deferred:
     if isinstance(exc, BudgetExhausted):
         reason, not_before = "token_budget", exc.resets_at
     else:
         reason, not_before = "llm_unavailable", datetime.fromtimestamp(now, UTC) + timedelta(seconds=retry_s)
-    key = event.message.key
     return Deferred(
-        source_topic=spec.name,
-        key=key.decode("utf-8", "replace") if isinstance(key, bytes) else "",
-        value=event.value or b"",
+        source_topic=source,
+        key=key.decode("utf-8", "replace"),
+        value=value,
         reason=reason,
         not_before=not_before,
     )

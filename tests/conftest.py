@@ -74,6 +74,7 @@ def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
         "MEMSTREAM_BATCH_WITHIN_S": "0.1",
         "MEMSTREAM_IDLE_CLOSE_S": "3",
         "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+        "MEMSTREAM_DURATIVE_DELAY_S": "1",
         "MEMSTREAM_LOG_LEVEL": "INFO",
         **overrides,
     }

@@ -122,3 +122,35 @@ def test_up_refuses_more_workers_than_partitions(
     monkeypatch.setenv("MEMSTREAM_TOPIC_PARTITIONS", "2")
     assert main(["up", "--workers", "3"]) == 2
     assert "more than the 2 topic partitions" in capsys.readouterr().err
+
+
+def test_cost_report_adds_up_calls_and_tokens_by_stage_and_tenant() -> None:
+    from memstream.cost import cost_report, render
+
+    status = {
+        "memstream_turns_ingested": {"acme": 1500, "zeta": 500},
+        "memstream_units_stored": {"acme": 1500, "zeta": 500},
+        "memstream_llm_calls": {
+            "episodes/m/acme/ok": 10,
+            "episodes/m/acme/retry": 4,  # failed attempts: not completions, not counted as calls
+            "facts/m/acme/repaired": 2,
+            "summary/m/zeta/ok": 8,
+            "summary/m/zeta/budget": 3,
+        },
+        "memstream_llm_tokens": {
+            "episodes/m/acme/prompt": 5000,
+            "episodes/m/acme/completion": 800,
+            "facts/m/acme/prompt": 900,
+            "facts/m/acme/completion": 100,
+            "summary/m/zeta/prompt": 4000,
+            "summary/m/zeta/completion": 600,
+        },
+    }
+    report = cost_report(status)
+    assert (report["llm_calls"], report["prompt_tokens"], report["completion_tokens"]) == (20, 9900, 1500)
+    assert report["eager_calls"] == 2000 and report["call_ratio"] == 0.01
+    assert report["per_1000_turns"]["llm_calls"] == 10.0
+    assert report["by_stage"]["episodes"] == {"calls": 10, "prompt_tokens": 5000, "completion_tokens": 800}
+    assert report["by_tenant"]["zeta"] == {"calls": 8, "prompt_tokens": 4000, "completion_tokens": 600}
+    assert "2,000 calls" in render(report)
+    assert cost_report({})["call_ratio"] is None

@@ -24,7 +24,7 @@ from memstream.store.base import VectorStore, scroll_all
 from memstream.store.shards import EdgeShards
 from memstream.tree import TreeState, covers
 from memstream.windows import UserWindows, close_idle
-from schemas.events import ConsolidationRequest, WindowClosed
+from schemas.events import ConsolidationRequest, WindowClosed, WindowLevel
 from schemas.memory import Memory, MemoryKind, MemoryOp
 from streams.ingest import Incoming, IngestProcessor, units_spec
 from tests.chat_responder import respond
@@ -72,6 +72,11 @@ def consolidate(c: Consolidation, store: VectorStore, events: Events) -> int:
             trees[w.key], updates = await c.tree.handle(store, trees.get(w.key, TreeState()), w)
             await c.indexer.apply(store, updates)
             n += len(updates)
+        for w in events.windows:  # the app runs durative memory a while after a month closed
+            if w.level == WindowLevel.MONTH:
+                updates = await c.tree.durative(store, w)
+                await c.indexer.apply(store, updates)
+                n += len(updates)
         return n
 
     return asyncio.run(run())
@@ -112,7 +117,7 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     mem = memories(store)
     kinds = {m.kind for m in mem.values()}
     assert {MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK} <= kinds
-    assert MemoryKind.PROFILE in kinds  # 40 days: at least one month closed
+    assert {MemoryKind.PROFILE, MemoryKind.TOPIC, MemoryKind.PERSONA} <= kinds  # 40 days: a month closed
     for m in mem.values():
         assert m.extractive == (consolidation.llm is None)
         if m.kind in (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION):

@@ -18,14 +18,14 @@ import pytest
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker
 from memstream.datasets import RawRecord
-from memstream.kafka import consumed, read_topic
+from memstream.kafka import read_topic, settled
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import all_stores, open_shards, scroll_all
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from schemas.memory import Memory, MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
 from streams.ingest import units_spec
 from tests.chat_responder import respond
 from tests.conftest import Pipeline, make_pipeline, wait_for
@@ -96,18 +96,17 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
                 replay(settings, [RawRecord(t.key, t.to_bytes()) for t in turns], wait=True, progress=False)
             )
             assert report.processed, pipeline.logs()
-            topics = [settings.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEFERRED)]
 
-            def settled() -> bool:
+            def quiet() -> bool:
                 idle = cli(pipeline, "status", "--json")
                 closed = (
                     orjson.loads(idle.stdout).get("memstream_windows_closed", {})
                     if idle.returncode == 0
                     else {}
                 )
-                return closed.get("session/idle", 0) >= 2 and asyncio.run(consumed(settings, topics))
+                return closed.get("session/idle", 0) >= 2 and asyncio.run(settled(settings))
 
-            wait_for(settled, 180, "consolidation to settle after the outage")
+            wait_for(quiet, 180, "consolidation to settle after the outage")
             status = orjson.loads(cli(pipeline, "status", "--json").stdout)
             cost = cli(pipeline, "cost", "--json")
             assert cost.returncode == 0, cost.stderr

@@ -21,7 +21,7 @@ import pytest
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker
 from memstream.datasets import RawRecord, read_records
-from memstream.kafka import consumed, read_topic
+from memstream.kafka import read_topic, settled
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.store import all_stores, open_shards, scroll_all
@@ -29,7 +29,7 @@ from memstream.tree import covers
 from memstream.units import UNITS, unit_from_payload
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.memory import Memory, MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, MEMORY_UPDATES, WINDOWS
+from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
 from streams.ingest import units_spec
 from tests.conftest import LOCOMO, Pipeline, make_pipeline, wait_for
 
@@ -143,8 +143,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
             return [w for w in out if b'"reason":"idle"' in w[1]]
 
         wait_for(windows_idle_closed, 60, "idle windows to close")
-        consolidation_topics = [settings.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES)]
-        wait_for(lambda: asyncio.run(consumed(settings, consolidation_topics)), 120, "consolidation")
+        wait_for(lambda: asyncio.run(settled(settings)), 120, "consolidation")
         status = subprocess.run(
             [sys.executable, "-m", "memstream.cli", "status", "--json"],
             env=pipeline.env,
@@ -283,7 +282,7 @@ def test_extractive_consolidation_builds_episodes_facts_and_the_tree(run: Run) -
     if LOCOMO.exists():  # the LoCoMo conversations get episodes, facts and a tree too
         locomo = Counter(m.kind for m in run.memories if m.tenant == "locomo")
         assert locomo[MemoryKind.EPISODE] and locomo[MemoryKind.FACT] and locomo[MemoryKind.SESSION]
-        assert locomo[MemoryKind.PROFILE]
+        assert locomo[MemoryKind.PROFILE] and locomo[MemoryKind.TOPIC] and locomo[MemoryKind.PERSONA]
 
 
 def test_tree_nodes_cover_their_children(run: Run) -> None:
