@@ -30,6 +30,7 @@ test: lint
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
 	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json
+	$(BIN)/python bench/consolidation.py --json
 
 clean:
 	rm -rf $(VENV) .memstream .pytest_cache .mypy_cache .ruff_cache

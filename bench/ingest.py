@@ -85,6 +85,9 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
             "MEMSTREAM_METRICS_PORT": str(free_port()),
             "MEMSTREAM_LOG_LEVEL": "WARNING",
             "MEMSTREAM_WORKERS": str(workers),
+            # The ingest pipeline alone: consolidation has its own benchmark (bench/consolidation.py)
+            # and, deployed, its own workers; here it would compete for the same two cores.
+            "MEMSTREAM_ROLES": "ingest",
         }
         settings = Settings.from_env(env)
         sample = list(islice(generate(users=users, days=365, tenant="bench"), turns + 50))

@@ -338,7 +338,9 @@ def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
         var = f"MEMSTREAM_{name.upper()}"
         if args.markdown:
             kind = _type_name(f.annotation).replace("|", "\\|")
-            print(f"| `{var}` | {kind} | `{f.default}` | {f.description} |")
+            default = f.get_default(call_default_factory=True)
+            shown = ",".join(default) if isinstance(default, list) else default
+            print(f"| `{var}` | {kind} | `{shown}` | {f.description} |")
         else:
             value = getattr(settings, name)
             print(f"{var:<36} {'***' if 'KEY' in var and value else value!s:<28} {f.description}")

@@ -9,6 +9,7 @@ each a share of the partitions, and each serves ``/metrics`` and ``/status`` on 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -62,7 +63,10 @@ def run_up(settings: Settings) -> int:
 def run_worker(settings: Settings) -> None:
     """One faust worker in this process."""
     embedder = make_embedder(settings)
-    shards = open_shards(settings, [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    specs = [units_spec(embedder.dim)]
+    if {"consolidate", "index"} & set(settings.roles):
+        specs.append(memories_spec(embedder.dim))
+    shards = open_shards(settings, specs)
     try:
         processor = IngestProcessor(settings, embedder, shards)
         consolidation = build_consolidation(settings, embedder, processor.theta_sim)
@@ -87,6 +91,10 @@ def run_worker(settings: Settings) -> None:
                 settings.metrics_host,
                 settings.metrics_port,
             )
+        # Everything imported and built so far (faust, numpy, scikit-learn, openai, the model...)
+        # lives as long as the process: move it out of the cyclic GC's reach, or every full
+        # collection walks it again (measured: ~8 % of ingest throughput).
+        gc.freeze()
         worker = Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()

@@ -10,11 +10,14 @@ import json
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Role = Literal["ingest", "consolidate", "index"]
+ROLES: tuple[Role, ...] = ("ingest", "consolidate", "index")
 
 
 class Settings(BaseSettings):
@@ -60,7 +63,7 @@ class Settings(BaseSettings):
     llm_model: str = Field("gpt-4o-mini", description="chat model for every stage unless overridden")
     llm_stages: dict[str, dict[str, str | int | float]] = Field(
         default_factory=dict,
-        description='per-stage overrides as JSON, e.g. {"episode": {"model": "m", "max_tokens": 900, '
+        description='per-stage overrides as JSON, e.g. {"facts": {"model": "m", "max_tokens": 900, '
         '"base_url": "...", "timeout_s": 60}}',
     )
     llm_max_tokens: int = Field(800, ge=16, description="completion token limit per call")
@@ -106,6 +109,11 @@ class Settings(BaseSettings):
     )
 
     # --- ingest --------------------------------------------------------------------------
+    roles: Annotated[list[Role], NoDecode] = Field(
+        default_factory=lambda: list(ROLES),
+        description="what a worker runs, comma-separated: ingest, consolidate, index (default all); "
+        "with the embedded Edge store the roles that share a partition's shard share a process",
+    )
     workers: int = Field(
         1,
         ge=1,
@@ -126,6 +134,20 @@ class Settings(BaseSettings):
     )
     metrics_host: str = Field("127.0.0.1", description="address they listen on (0.0.0.0 in a pod)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _roles_csv(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [r.strip() for r in v.split(",") if r.strip()]
+        return v
+
+    @field_validator("roles")
+    @classmethod
+    def _some_role(cls, v: list[Role]) -> list[Role]:
+        if not v:
+            raise ValueError("at least one role: ingest, consolidate, index")
+        return list(dict.fromkeys(v))
 
     @field_validator("llm_stages", mode="before")
     @classmethod

@@ -41,7 +41,16 @@ from schemas.events import (
     WindowLevel,
 )
 from schemas.memory import MemoryUpdate
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, TURNS, WINDOWS, TopicSpec
+from schemas.topics import (
+    ALL_TOPICS,
+    CONSOLIDATION,
+    DEAD_LETTER,
+    DEFERRED,
+    MEMORY_UPDATES,
+    TURNS,
+    WINDOWS,
+    TopicSpec,
+)
 from streams.ingest import Incoming, IngestProcessor
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
@@ -111,6 +120,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     turns_name = settings.topic(TURNS.name)
     turns = topic(TURNS)
+    data_topics = {settings.topic(spec.name) for spec in ALL_TOPICS}
     # Per-user open windows. use_partitioner routes changelog records by key like the turns
     # topic, so state stays co-partitioned with its user even when updated from the timer.
     window_state = app.Table(
@@ -119,16 +129,6 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         partitions=settings.topic_partitions,
         key_type=bytes,  # raw tenant/user bytes: the same key, so the same partition, as the turns
         value_type=None,  # JSON of memstream.windows.UserWindows
-        use_partitioner=True,
-    )
-
-    # Per-user Temporal Memory Tree state (memstream.tree.TreeState as JSON), co-partitioned too.
-    tree_state = app.Table(
-        "tree-state",
-        default=None,
-        partitions=settings.topic_partitions,
-        key_type=bytes,
-        value_type=None,
         use_partitioner=True,
     )
 
@@ -151,17 +151,19 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
         return closed
 
-    @app.agent(turns)
-    async def ingest(stream: faust.StreamT) -> None:
-        # take_events (not take) keeps each record's partition and offset for dead letters.
-        batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
-        async for events in batches:
-            result = await processor.process([_incoming(e) for e in events], window_state)
-            await publish(
-                (CONSOLIDATION, result.consolidation),
-                (WINDOWS, counted(result.windows)),
-                (DEAD_LETTER, result.dead_letters),
-            )
+    if "ingest" in settings.roles:
+
+        @app.agent(turns)
+        async def ingest(stream: faust.StreamT) -> None:
+            # take_events (not take) keeps each record's partition and offset for dead letters.
+            batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
+            async for events in batches:
+                result = await processor.process([_incoming(e) for e in events], window_state)
+                await publish(
+                    (CONSOLIDATION, result.consolidation),
+                    (WINDOWS, counted(result.windows)),
+                    (DEAD_LETTER, result.dead_letters),
+                )
 
     async def consolidate_one(
         event: EventT, spec: TopicSpec, work: Work, deferred: Deferred | None = None
@@ -204,88 +206,105 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         await publish((MEMORY_UPDATES, updates))
         return True
 
-    @app.agent(topic(CONSOLIDATION))
-    async def consolidate(stream: faust.StreamT) -> None:
-        async def work(store: VectorStore, request: Record) -> list[MemoryUpdate]:
-            assert isinstance(request, ConsolidationRequest)
-            return await consolidation.recurrence.handle(store, request)
+    if "consolidate" in settings.roles:
+        # Per-user Temporal Memory Tree state (memstream.tree.TreeState as JSON), co-partitioned too.
+        tree_state = app.Table(
+            "tree-state",
+            default=None,
+            partitions=settings.topic_partitions,
+            key_type=bytes,
+            value_type=None,
+            use_partitioner=True,
+        )
 
-        async for event in stream.events():
-            await consolidate_one(event, CONSOLIDATION, work)
+        @app.agent(topic(CONSOLIDATION))
+        async def consolidate(stream: faust.StreamT) -> None:
+            async def work(store: VectorStore, request: Record) -> list[MemoryUpdate]:
+                assert isinstance(request, ConsolidationRequest)
+                return await consolidation.recurrence.handle(store, request)
 
-    @app.agent(topic(WINDOWS))
-    async def summarize(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            key = event.message.key or b""
-            after: list[TreeState] = []
+            async for event in stream.events():
+                await consolidate_one(event, CONSOLIDATION, work)
 
-            async def work(store: VectorStore, window: Record) -> list[MemoryUpdate]:
-                assert isinstance(window, WindowClosed)
-                raw = tree_state.get(key)  # noqa: B023  (used within this iteration)
-                state, updates = await consolidation.tree.handle(
-                    store, TreeState.from_json(raw) if raw else TreeState(), window
-                )
-                after.append(state)  # noqa: B023
-                return updates
+        @app.agent(topic(WINDOWS))
+        async def summarize(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                key = event.message.key or b""
+                after: list[TreeState] = []
 
-            # The state moves on only once the node is delivered: a crash in between replays the
-            # window against the old state, which rebuilds the same node (same id, same children).
-            if await consolidate_one(event, WINDOWS, work):
-                tree_state[key] = after[0].to_json()
-                window = WindowClosed.from_bytes(event.value)
-                if window.level == WindowLevel.MONTH:
-                    # Durative memory clusters the month's facts, some of which may still be on their
-                    # way from recurrence consolidation: it runs once they have surely landed.
-                    due = datetime.fromtimestamp(processor.clock(), UTC) + timedelta(
-                        seconds=settings.durative_delay_s
-                    )
-                    job = Deferred(
-                        source_topic=DURATIVE,
-                        key=window.key,
-                        value=event.value,
-                        reason="durative_due",
-                        not_before=due,
-                    )
-                    await publish((DEFERRED, [job]))
-
-    @app.agent(topic(MEMORY_UPDATES))
-    async def index(stream: faust.StreamT) -> None:
-        batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
-        async for events in batches:
-            by_partition: dict[int, list[MemoryUpdate]] = {}
-            dead = []
-            for e in events:
-                try:
-                    by_partition.setdefault(e.message.partition, []).append(MemoryUpdate.from_bytes(e.value))
-                except ValueError as exc:
-                    now = processor.clock()
-                    dead.append(_dead(e, DeadLetterStage.VALIDATE, "invalid_record", exc, now))
-            for partition, updates in by_partition.items():
-                await consolidation.indexer.apply(processor.shards.get(partition), updates)
-            await publish((DEAD_LETTER, dead))
-
-    @app.agent(topic(DEFERRED))
-    async def retry_deferred(stream: faust.StreamT) -> None:
-        # In order per partition: waiting for one record holds back the later ones, which were
-        # deferred later and are mostly due no earlier (same delay, or the same budget reset).
-        async for event in stream.events():
-            try:
-                deferred = Deferred.from_bytes(event.value)
-            except ValueError as exc:
-                dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
-                await publish((DEAD_LETTER, [dead]))
-                continue
-            await asyncio.sleep(max(0.0, deferred.not_before.timestamp() - processor.clock()))
-            if deferred.source_topic == DURATIVE:
-
-                async def durative(store: VectorStore, window: Record) -> list[MemoryUpdate]:
+                async def work(store: VectorStore, window: Record) -> list[MemoryUpdate]:
                     assert isinstance(window, WindowClosed)
-                    return await consolidation.tree.durative(store, window)
+                    raw = tree_state.get(key)  # noqa: B023  (used within this iteration)
+                    state, updates = await consolidation.tree.handle(
+                        store, TreeState.from_json(raw) if raw else TreeState(), window
+                    )
+                    after.append(state)  # noqa: B023
+                    return updates
 
-                await consolidate_one(event, WINDOWS, durative, deferred)
-                continue
-            name = settings.topic(deferred.source_topic)
-            await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
+                # The state moves on only once the node is delivered: a crash in between replays the
+                # window against the old state, which rebuilds the same node (same id, same children).
+                if await consolidate_one(event, WINDOWS, work):
+                    tree_state[key] = after[0].to_json()
+                    window = WindowClosed.from_bytes(event.value)
+                    if window.level == WindowLevel.MONTH:
+                        # Durative memory clusters the month's facts, some of which may still be on their
+                        # way from recurrence consolidation: it runs once they have surely landed.
+                        due = datetime.fromtimestamp(processor.clock(), UTC) + timedelta(
+                            seconds=settings.durative_delay_s
+                        )
+                        job = Deferred(
+                            source_topic=DURATIVE,
+                            key=window.key,
+                            value=event.value,
+                            reason="durative_due",
+                            not_before=due,
+                        )
+                        await publish((DEFERRED, [job]))
+
+    if "index" in settings.roles:
+
+        @app.agent(topic(MEMORY_UPDATES))
+        async def index(stream: faust.StreamT) -> None:
+            batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
+            async for events in batches:
+                by_partition: dict[int, list[MemoryUpdate]] = {}
+                dead = []
+                for e in events:
+                    try:
+                        by_partition.setdefault(e.message.partition, []).append(
+                            MemoryUpdate.from_bytes(e.value)
+                        )
+                    except ValueError as exc:
+                        now = processor.clock()
+                        dead.append(_dead(e, DeadLetterStage.VALIDATE, "invalid_record", exc, now))
+                for partition, updates in by_partition.items():
+                    await consolidation.indexer.apply(processor.shards.get(partition), updates)
+                await publish((DEAD_LETTER, dead))
+
+    if "consolidate" in settings.roles:
+
+        @app.agent(topic(DEFERRED))
+        async def retry_deferred(stream: faust.StreamT) -> None:
+            # In order per partition: waiting for one record holds back the later ones, which were
+            # deferred later and are mostly due no earlier (same delay, or the same budget reset).
+            async for event in stream.events():
+                try:
+                    deferred = Deferred.from_bytes(event.value)
+                except ValueError as exc:
+                    dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
+                    await publish((DEAD_LETTER, [dead]))
+                    continue
+                await asyncio.sleep(max(0.0, deferred.not_before.timestamp() - processor.clock()))
+                if deferred.source_topic == DURATIVE:
+
+                    async def durative(store: VectorStore, window: Record) -> list[MemoryUpdate]:
+                        assert isinstance(window, WindowClosed)
+                        return await consolidation.tree.durative(store, window)
+
+                    await consolidate_one(event, WINDOWS, durative, deferred)
+                    continue
+                name = settings.topic(deferred.source_topic)
+                await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
 
     def owned() -> set[int]:
         """Partitions of the turns topic this worker processes now."""
@@ -293,8 +312,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     def release_stores(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         # Sent after faust has waited for in-flight batches; the partitions' next owner opens
-        # their stores.
-        gone = [tp.partition for tp in revoked if tp.topic == turns_name]
+        # their stores. Every data topic counts: a worker may run only some of the roles.
+        gone = sorted({tp.partition for tp in revoked if tp.topic in data_topics})
         processor.shards.release(gone)
         for partition in gone:
             metrics.CONSUMER_LAG.remove(turns_name, str(partition))
@@ -302,30 +321,32 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     # mode's annotation of connect() is a union of callables that mypy cannot match a def against.
     app.on_partitions_revoked.connect(release_stores)  # type: ignore[arg-type]
 
-    @app.timer(settings.idle_check_interval_s)
-    async def close_idle_windows() -> None:
-        closed = []
-        now = processor.clock()
-        mine = owned()
-        for key, raw in list(window_state.items()):
-            # The in-memory table also holds standby copies of other workers' users: skip them.
-            if not raw or partition_for(key, settings.topic_partitions) not in mine:
-                continue
-            state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
-            if done:
-                window_state[key] = state.to_json()
-                closed.extend(done)
-        await publish((WINDOWS, counted(closed)))
+    if "ingest" in settings.roles:
 
-    @app.timer(5.0)
-    async def report_lag() -> None:
-        read = app.monitor.tp_read_offsets or {}
-        for partition in owned():
-            tp = TP(turns_name, partition)
-            high = app.consumer.highwater(tp)
-            done = read.get(tp, -1) + 1
-            if high is not None:
-                metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
+        @app.timer(settings.idle_check_interval_s)
+        async def close_idle_windows() -> None:
+            closed = []
+            now = processor.clock()
+            mine = owned()
+            for key, raw in list(window_state.items()):
+                # The in-memory table also holds standby copies of other workers' users: skip them.
+                if not raw or partition_for(key, settings.topic_partitions) not in mine:
+                    continue
+                state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
+                if done:
+                    window_state[key] = state.to_json()
+                    closed.extend(done)
+            await publish((WINDOWS, counted(closed)))
+
+        @app.timer(5.0)
+        async def report_lag() -> None:
+            read = app.monitor.tp_read_offsets or {}
+            for partition in owned():
+                tp = TP(turns_name, partition)
+                high = app.consumer.highwater(tp)
+                done = read.get(tp, -1) + 1
+                if high is not None:
+                    metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -154,3 +154,14 @@ def test_cost_report_adds_up_calls_and_tokens_by_stage_and_tenant() -> None:
     assert report["by_tenant"]["zeta"] == {"calls": 8, "prompt_tokens": 4000, "completion_tokens": 600}
     assert "2,000 calls" in render(report)
     assert cost_report({})["call_ratio"] is None
+
+
+def test_roles_are_read_comma_separated_and_cannot_be_empty() -> None:
+    from memstream.settings import Settings
+
+    assert Settings.from_env({"MEMSTREAM_ROLES": "ingest, index"}).roles == ["ingest", "index"]
+    assert Settings().roles == ["ingest", "consolidate", "index"]
+    with pytest.raises(ValueError, match="at least one role"):
+        Settings.from_env({"MEMSTREAM_ROLES": " , "})
+    with pytest.raises(ValueError):
+        Settings.from_env({"MEMSTREAM_ROLES": "ingest,gateway"})
