@@ -26,7 +26,7 @@ from memstream.settings import Settings
 from memstream.store.base import CollectionSpec, Filter, Point, Range, SearchQuery, VectorStore
 from memstream.store.shards import Shards
 from memstream.units import (
-    BUFFERED,
+    BUFFER_FIELD,
     CONSOLIDATED,
     FIRED_FIELD,
     STATE_FIELD,
@@ -41,12 +41,14 @@ from memstream.windows import UserWindows, advance
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
 from streams.validation import Rejection, limits_from, validate, zone_of
 
+CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
+
 
 def units_spec(dim: int) -> CollectionSpec:
     return CollectionSpec(
         name=UNITS,
         dim=dim,
-        keyword_fields=(USER_FIELD, STATE_FIELD),
+        keyword_fields=(USER_FIELD, STATE_FIELD, BUFFER_FIELD),
         numeric_fields=("ts_epoch",),
         tenant_field=TENANT_FIELD,
     )
@@ -107,6 +109,11 @@ class IngestProcessor:
         now = self.clock()
         fresh = self._validate(batch, now, result)
         new, replayed = self._split_known(fresh, result, now)
+        windows = _read_windows((u for _, u in new), window_state)
+        # The latest dialogue time each user already has in the store (the window tracker saw
+        # every stored unit): a unit later than that needs no time bound on its neighbour query,
+        # the costliest of its conditions. Users without state keep the bound.
+        latest = {k.decode(): w.last_ts for k, w in windows.items() if w is not None}
         # Pipelined in chunks: the embedder (onnxruntime or HTTP, both release the GIL) works on
         # chunk k+1 in a thread while chunk k is checked and stored here. Chunks are recorded in
         # order, so each one sees every earlier unit, as if units were handled one by one.
@@ -117,9 +124,9 @@ class IngestProcessor:
             vectors = await pending
             if k + 1 < len(chunks):
                 pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[k + 1]))
-            self._record(chunk, vectors, replayed if k == 0 else [], result)
+            self._record(chunk, vectors, replayed if k == 0 else [], result, latest)
         with metrics.STAGE_SECONDS.labels("windows").time():
-            self._track_windows([u for _, u in new], window_state, now, result)
+            self._track_windows([u for _, u in new], windows, window_state, now, result)
         return result
 
     def status(self) -> dict[str, Any]:
@@ -204,6 +211,7 @@ class IngestProcessor:
         vectors: Vectors,
         replayed: list[Located[ConsolidationRequest]],
         result: BatchResult,
+        latest: dict[str, datetime],
     ) -> None:
         """Record each partition's share in that partition's store (a user's units and requests
         all live on the user's partition)."""
@@ -212,7 +220,12 @@ class IngestProcessor:
         for p in units.keys() | requests.keys():
             idx = units.get(p, [])
             self._record_in(
-                self.shards.get(p), [new[i][1] for i in idx], vectors[idx], requests.get(p, []), result
+                self.shards.get(p),
+                [new[i][1] for i in idx],
+                vectors[idx],
+                requests.get(p, []),
+                result,
+                latest,
             )
 
     def _record_in(
@@ -222,6 +235,7 @@ class IngestProcessor:
         vectors: Vectors,
         replayed: list[ConsolidationRequest],
         result: BatchResult,
+        latest: dict[str, datetime],
     ) -> None:
         """Run the recurrence check on new units, then store them with its outcome.
 
@@ -231,7 +245,7 @@ class IngestProcessor:
         (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
         """
         with metrics.STAGE_SECONDS.labels("recurrence").time():
-            fired = self._recurrence(store, new, vectors)
+            fired = self._recurrence(store, new, vectors, latest)
         marked = {i for req in [*fired.values(), *replayed] for i in req.unit_ids}
 
         with metrics.STAGE_SECONDS.labels("upsert").time():
@@ -239,27 +253,34 @@ class IngestProcessor:
             for unit, vector in zip(new, vectors, strict=True):
                 payload = unit_payload(unit)
                 if unit.unit_id in marked:
-                    payload[STATE_FIELD] = CONSOLIDATED
+                    payload |= CONSOLIDATED_PAYLOAD
                 if unit.unit_id in fired:
                     payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
                 points.append(Point(unit.unit_id, vector, payload))
             store.upsert(UNITS, points)
+            for unit in new:
+                if unit.key in latest:
+                    latest[unit.key] = max(latest[unit.key], unit.ts)
             older = sorted(marked - {u.unit_id for u in new})
             if older:
-                store.set_payload(UNITS, older, {STATE_FIELD: CONSOLIDATED})
+                store.set_payload(UNITS, older, CONSOLIDATED_PAYLOAD)
         for tenant, n in Counter(u.tenant for u in new).items():
             metrics.UNITS_STORED.labels(tenant).inc(n)
         result.consolidation.extend([*replayed, *fired.values()])
 
     def _recurrence(
-        self, store: VectorStore, units: list[Unit], vectors: Vectors
+        self, store: VectorStore, units: list[Unit], vectors: Vectors, latest: dict[str, datetime]
     ) -> dict[str, ConsolidationRequest]:
         """Recurrence for units in arrival order, exactly as if checked one by one: each
         sees the top-k buffered earlier units, from the store and from this batch. Marks made
         earlier in the batch are not in the store yet (they are written with the units), so they
         are excluded here, and a store result that held a now-marked unit is asked again."""
         from_store = store.search_many(
-            UNITS, [self._neighbour_query(u, v, ()) for u, v in zip(units, vectors, strict=True)]
+            UNITS,
+            [
+                self._neighbour_query(u, v, (), bounded=u.key not in latest or u.ts <= latest[u.key])
+                for u, v in zip(units, vectors, strict=True)
+            ],
         )
         peers = _batch_peers(units, vectors)
         metrics.RECURRENCE_CHECKS.inc(len(units))
@@ -296,15 +317,18 @@ class IngestProcessor:
             metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
         return fired
 
-    def _neighbour_query(self, unit: Unit, vector: Any, marked: Iterable[str]) -> SearchQuery:
+    def _neighbour_query(
+        self, unit: Unit, vector: Any, marked: Iterable[str], *, bounded: bool = True
+    ) -> SearchQuery:
         """RecMem's subconscious neighbourhood: the top-k *buffered* (not yet consolidated) units
-        of the same user that came earlier in dialogue time, so batching cannot change the result."""
+        of the same user that came earlier in dialogue time, so batching cannot change the result.
+        ``bounded=False`` leaves out the time bound when no stored unit can be that late."""
         return SearchQuery(
             vector,
             self.settings.recurrence_top_k,
             Filter(
-                equals={USER_FIELD: unit.key, STATE_FIELD: BUFFERED},
-                ranges={"ts_epoch": Range(lt=unit.ts.timestamp())},
+                equals={BUFFER_FIELD: unit.key},
+                ranges={"ts_epoch": Range(lt=unit.ts.timestamp())} if bounded else {},
                 # The unit itself is not stored yet (it is written with its decision), so only
                 # units marked earlier in this batch need excluding; an empty list costs nothing.
                 exclude_ids=tuple(marked),
@@ -313,14 +337,15 @@ class IngestProcessor:
         )
 
     def _track_windows(
-        self, units: list[Unit], state: MutableMapping[bytes, Any], now: float, result: BatchResult
+        self,
+        units: list[Unit],
+        by_user: dict[bytes, UserWindows | None],
+        state: MutableMapping[bytes, Any],
+        now: float,
+        result: BatchResult,
     ) -> None:
-        by_user: dict[bytes, UserWindows | None] = {}
         for unit in units:  # arrival order: a turn older than what came before is a late event
             key = unit.key.encode()
-            if key not in by_user:
-                raw = state.get(key)
-                by_user[key] = UserWindows.from_json(raw) if raw else None
             before = by_user[key]
             after, closed = advance(
                 before,
@@ -355,6 +380,19 @@ class IngestProcessor:
             detail=why.detail,
             at=datetime.fromtimestamp(now, UTC),
         )
+
+
+def _read_windows(
+    units: Iterable[Unit], state: MutableMapping[bytes, Any]
+) -> dict[bytes, UserWindows | None]:
+    """Each user's window state, read once per batch."""
+    out: dict[bytes, UserWindows | None] = {}
+    for unit in units:
+        key = unit.key.encode()
+        if key not in out:
+            raw = state.get(key)
+            out[key] = UserWindows.from_json(raw) if raw else None
+    return out
 
 
 def _partition(rec: Incoming) -> int:
