@@ -1,13 +1,22 @@
-"""The stream topology, declared in one place. It reads like the diagram in DESIGN.md:
+r"""The stream topology, declared in one place. It reads like the diagram in DESIGN.md:
 
-    [turns] --ingest--> units collection (Qdrant)
-                   \\--> [consolidation]   recurrence fired (RecMem)
-                   \\--> [windows]         session/day/week/month closed (TiMem)
-                   \\--> [dead-letter]     invalid input, with the reason
-    window-state table (per user, changelogged) <-- ingest, idle timer
+    ingest role
+      [turns] --ingest--> units collection (Qdrant)
+                     \--> [consolidation]   recurrence fired (RecMem)
+                     \--> [windows]         session/day/week/month closed (TiMem)
+                     \--> [dead-letter]     invalid input, with the reason
+      window-state table (per user, changelogged) <-- ingest, idle timer
+    consolidate role
+      [consolidation] --consolidate--> [memory.updates]   episodes, facts, invalidations
+      [windows] --summarize--> [memory.updates]           tree nodes; a month also schedules
+                 tree-state table (per user)               its durative job on [deferred]
+      [deferred] --retry_deferred--> back to its topic when due, or runs the durative job
+      (LLM down or budget spent -> [deferred]; output invalid after repair -> [dead-letter])
+    index role
+      [memory.updates] --index--> memories collection (its single writer)
 
-Consolidation consumers (``consumers/``) read [consolidation] and [windows] and write
-[memory.updates]; they join this topology as they are built.
+Every topic is keyed by tenant/user, so one worker owns all of a user's records (and, with the
+embedded store, the user's shard).
 """
 
 from __future__ import annotations
