@@ -56,11 +56,9 @@ def memory_from_payload(payload: dict[str, Any]) -> Memory:
     return Memory.model_validate_json(payload[MEMORY_FIELD])
 
 
-def of_user(user_key: str, kind: MemoryKind, *, current_only: bool = True, **extra: str | int) -> Filter:
-    equals: dict[str, str | int] = {USER_FIELD: user_key, KIND_FIELD: kind.value, **extra}
-    if current_only:
-        equals[CURRENT_FIELD] = 1
-    return Filter(equals=equals)
+def current_of_user(user_key: str, kind: MemoryKind) -> Filter:
+    """The user's memories of ``kind`` that still hold."""
+    return Filter(equals={USER_FIELD: user_key, KIND_FIELD: kind.value, CURRENT_FIELD: 1})
 
 
 def in_period(user_key: str, kind: MemoryKind, start: datetime, end: datetime) -> Filter:

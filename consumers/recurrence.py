@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from consumers.memories import MEMORIES, memory_source, nearest, of_user, union, unit_source, upsert
+from consumers.memories import MEMORIES, current_of_user, memory_source, nearest, union, unit_source, upsert
 from consumers.writer import EpisodeDraft, Scope, Source, Writer
 from memstream.embedders.base import Embedder
 from memstream.store.base import Filter, VectorStore
@@ -57,7 +57,7 @@ class RecurrenceConsolidator:
         sources = [unit_source(u) for u in units]
         vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in units])
         centroid = _normalized(vectors.mean(axis=0))
-        near = nearest(store, centroid, of_user(req.key, MemoryKind.EPISODE), 1)
+        near = nearest(store, centroid, current_of_user(req.key, MemoryKind.EPISODE), 1)
         merge = self._newest(near[0][1]) if near and near[0][0] >= self.theta_sim else None
 
         drafts = await self.writer.episodes(scope, sources, memory_source(merge) if merge else None)
@@ -116,7 +116,9 @@ class RecurrenceConsolidator:
         episode: Memory,
     ) -> list[MemoryUpdate]:
         vector = (await asyncio.to_thread(self.embedder.embed, [draft.text]))[0]
-        related = [m for _, m in nearest(store, vector, of_user(req.key, MemoryKind.FACT), RELATED_FACTS)]
+        related = [
+            m for _, m in nearest(store, vector, current_of_user(req.key, MemoryKind.FACT), RELATED_FACTS)
+        ]
         mine = [s for s in sources if s.id in draft.source_ids] or sources
         turn_of = {u.unit_id: u.turn_id for u in units}
         updates: list[MemoryUpdate] = []
