@@ -1,0 +1,1 @@
+"""Recall: pure functions that turn a query and memories into a ranked, budgeted context."""
