@@ -331,3 +331,13 @@ def test_temporal_rerank_is_a_permutation(scored: list[tuple[Item, float]], seed
     out = temporal_rerank(scored, lambda i: hash((i.id, seed)) % 2 == 0, lambda i: float(len(i.text)))
     assert sorted(map(id, out)) == sorted(map(id, scored))
     assert temporal_rerank(out, lambda i: hash((i.id, seed)) % 2 == 0, lambda i: float(len(i.text))) == out
+
+
+def test_order_puts_the_closest_in_time_first_within_a_level() -> None:
+    t = datetime(2023, 5, 1, tzinfo=UTC)
+    far = Item("a", "unit", 1, "x", t, None, t, ())
+    near = Item("b", "unit", 1, "y", t + timedelta(days=30), None, t, ())
+    week = Item("w", "week", 4, "z", t + timedelta(days=60), None, t, ())
+    closeness = {"a": 1000.0, "b": 0.0, "w": 5.0}
+    out = order([(far, 0.1), (near, 0.1), (week, 0.1)], lambda i: closeness[i.id])
+    assert [i.id for i, _ in out] == ["w", "b", "a"]

@@ -217,9 +217,12 @@ def gate(scored: Sequence[Scored], budget_tokens: int) -> list[Scored]:
     return kept
 
 
-def order(selected: Sequence[Scored]) -> list[Scored]:
-    """Presentation order: broad to narrow (profile/topic, week, day, session, leaves), then chronological."""
-    return sorted(selected, key=lambda p: (-p[0].level, p[0].start, p[0].id))
+def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None = None) -> list[Scored]:
+    """Presentation order: broad to narrow (profile/topic, week, day, session, leaves), then by temporal
+    closeness to the asked time (``closeness``: 0 inside it), then chronological."""
+    return sorted(
+        selected, key=lambda p: (-p[0].level, closeness(p[0]) if closeness else 0.0, p[0].start, p[0].id)
+    )
 
 
 def _format_date(d: date) -> str:

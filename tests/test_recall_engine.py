@@ -1,0 +1,85 @@
+"""Recall over a real store built by the pipeline's own processor and consolidators (extractive)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from consumers import build_consolidation
+from consumers.memories import memories_spec
+from memstream.embedders.hashing import HashingEmbedder
+from memstream.recall import rank
+from memstream.recall.engine import Recalled, recall
+from memstream.recall.time_intent import contains, distance
+from memstream.settings import Settings
+from memstream.store.base import VectorStore
+from memstream.store.shards import EdgeShards
+from streams.ingest import units_spec
+from tests.test_consolidation import TURNS, consolidate, ingest
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
+    tmp: Path = tmp_path_factory.mktemp("recall")
+    settings = Settings(data_dir=tmp, embedder="hash")
+    embedder = HashingEmbedder(settings.hash_dim)
+    shards = EdgeShards(tmp / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    consolidate(
+        build_consolidation(settings, embedder, embedder.default_theta_sim),
+        shards.get(0),
+        ingest(settings, shards),
+    )
+    return shards.get(0)
+
+
+USER = TURNS[0].key
+NOW = max(t.ts for t in TURNS if t.key == USER)
+
+
+def ask(store: VectorStore, query: str, budget: int = 500) -> Recalled:
+    now = NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
+    return asyncio.run(
+        recall(store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget)
+    )
+
+
+def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore) -> None:
+    topic = TURNS[0].metadata.get("topic", "running")
+    result = ask(store, f"What did I say about {topic}?", budget=400)
+    assert result.items
+    assert sum(rank.tokens(i.text) for i, _ in result.items) <= 400
+    turn_ids = {t.turn_id for t in TURNS if t.key == USER}
+    for item, _ in result.items:
+        assert set(item.source_turn_ids) <= turn_ids  # never another user's memory
+    assert {i.kind for i, _ in result.items} & {"unit", "episode", "fact"}
+    assert result.context.count("\n") + 1 == len(result.items)
+    assert "[" in result.context and "20" in result.context  # every line is dated
+
+
+def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: VectorStore) -> None:
+    result = ask(store, "Summarise how my last months went and why", budget=3000)
+    assert result.complexity == "complex"
+    levels = [i.level for i, _ in result.items]
+    assert levels == sorted(levels, reverse=True)
+    assert any(level >= 2 for level in levels), "propagation must reach session or higher nodes"
+
+
+def test_a_time_intent_puts_items_inside_the_interval_first(store: VectorStore) -> None:
+    month = NOW.strftime("%B")
+    result = ask(store, f"What happened in {month}?", budget=3000)
+    assert result.intent.intervals and result.complexity == "hybrid"
+    # Within each level, the closest to the asked month come first (0 = inside or touching it).
+    for level in {i.level for i, _ in result.items}:
+        gaps = [distance(result.intent, i.start, i.end) for i, _ in result.items if i.level == level]
+        assert gaps == sorted(gaps), level
+    assert any(contains(result.intent, i.start, i.end) for i, _ in result.items if i.level == 1)
+
+
+def test_more_budget_never_returns_less(store: VectorStore) -> None:
+    small = ask(store, "what do I like", budget=100)
+    large = ask(store, "what do I like", budget=2000)
+    assert len(large.items) >= len(small.items)
+    assert sum(rank.tokens(i.text) for i, _ in small.items) <= 100
