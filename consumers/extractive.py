@@ -1,4 +1,4 @@
-"""The extractive writer: deterministic, offline, zero tokens (issue 3's default consolidator).
+"""The extractive writer: deterministic, offline, zero tokens (the default consolidator).
 
 Every output is built from the sources' own sentences, picked by TF-IDF centrality and put back
 in time order; the only words added are dates, speaker labels and short headers. A sentence from a

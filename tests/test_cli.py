@@ -15,7 +15,19 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for command in ("up", "replay", "status", "broker", "calibrate", "schemas", "sample", "demo", "config"):
+    for command in (
+        "up",
+        "replay",
+        "status",
+        "cost",
+        "reindex",
+        "broker",
+        "calibrate",
+        "schemas",
+        "sample",
+        "demo",
+        "config",
+    ):
         assert command in out
 
 
