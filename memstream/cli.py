@@ -84,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     ri.set_defaults(func=_cmd_reindex)
 
+    ev = sub.add_parser("eval", help="evidence recall of recall at context budgets on a benchmark")
+    evs = ev.add_subparsers(title="benchmarks", metavar="BENCHMARK")
+    lo = evs.add_parser("locomo", help="LoCoMo-format JSON: each conversation one user, every question asked")
+    lo.add_argument("data", type=Path)
+    lo.add_argument("--budget", type=int, nargs="+", default=[500, 1000, 2000], help="token budgets")
+    lo.add_argument("--json", type=Path, dest="out", help="write the full report (per question items) here")
+    lo.set_defaults(func=_cmd_eval_locomo)
+
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
     br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
     br.set_defaults(func=_cmd_broker)
@@ -216,6 +224,23 @@ def _cmd_cost(args: argparse.Namespace, settings: Settings) -> int:
         print(f"memstream: no pipeline answers ({exc}); is `memstream up` running?", file=sys.stderr)
         return 1
     print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() if args.json else render(report))
+    return 0
+
+
+def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.evaluate import evaluate
+
+    if not args.data.exists():
+        print(f"memstream: no such file: {args.data}", file=sys.stderr)
+        return 2
+    report = asyncio.run(evaluate(settings, args.data, args.budget, progress=sys.stderr.isatty()))
+    if args.out:
+        args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(f"{report['questions']} questions, writer {report['writer']}, embedder {report['embedder']}")
+    for budget, by_category in report["evidence_recall"].items():
+        cells = "  ".join(f"{cat} {share:.3f}" for cat, share in by_category.items())
+        baseline = report["flat_dense_units_evidence_recall"][budget]["all"]
+        print(f"budget {budget:>5} tokens: {cells}  (flat dense over units: all {baseline:.3f})")
     return 0
 
 

@@ -1,0 +1,182 @@
+"""``memstream eval locomo``: evidence recall of memstream's recall at fixed context budgets.
+
+Each LoCoMo conversation becomes one user (its two speakers as roles, each session's date_time as
+dialogue time, turn ids = the dataset's dia_ids). The turns go through the ingest processor and
+the consolidators (the configured writer; extractive without an LLM) on a fresh embedded store,
+in process and in topic order, then every question is asked with ``now`` = the last session's
+date. An evidence dia_id counts as recalled at a budget when an item returned within that budget
+carries it in ``source_turn_ids``; tokens = characters / 4. The per-question items are written out
+so the score can be recomputed independently.
+
+Next to it, the same budgets filled by a flat baseline: the user's units (raw exchanges) by cosine
+to the question with the same embedder, as many as fit. Note for reading the numbers: a tree node
+carries the turn ids of everything below it (a session summary names all the session's turns), so
+a returned summary credits every evidence turn of its session, although its text keeps only some.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from tqdm import tqdm
+
+from consumers import build_consolidation
+from consumers.memories import memories_spec
+from memstream.datasets import locomo_turns, parse_locomo_time
+from memstream.embedders import make_embedder
+from memstream.embedders.base import Embedder
+from memstream.recall import rank
+from memstream.recall.engine import recall
+from memstream.settings import Settings
+from memstream.store.base import Filter, SearchQuery, VectorStore
+from memstream.store.shards import EdgeShards
+from memstream.tree import TreeState
+from memstream.units import UNITS, USER_FIELD, unit_from_payload
+from memstream.windows import UserWindows, close_idle
+from schemas.events import WindowLevel, partition_key
+from streams.ingest import Incoming, IngestProcessor, units_spec
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+@dataclass(frozen=True)
+class Question:
+    user_key: str
+    text: str
+    evidence: tuple[str, ...]
+    category: int
+
+
+def questions(path: Path, tenant: str = "locomo") -> tuple[list[Question], dict[str, Any]]:
+    """The questions, and each user's asking time (the last session's date)."""
+    data = orjson.loads(path.read_bytes())
+    out: list[Question] = []
+    now: dict[str, Any] = {}
+    for sample in data:
+        key = partition_key(tenant, sample["sample_id"])
+        conv = sample["conversation"]
+        dated = [k for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list) and v]
+        last = max(dated, key=lambda k: int(k.split("_")[1]))
+        now[key] = parse_locomo_time(conv[f"{last}_date_time"]) + timedelta(days=1)
+        for qa in sample["qa"]:
+            # A few evidence strings are malformed ("D8:6; D9:17"): read every D<n>:<m> in them.
+            evidence = tuple(e for raw in qa.get("evidence", []) for e in re.findall(r"D\d+:\d+", raw))
+            if evidence:
+                out.append(Question(key, qa["question"], evidence, int(qa["category"])))
+    return out, now
+
+
+async def build_memory(settings: Settings, path: Path) -> EdgeShards:
+    """Ingest and consolidate the whole file on a fresh store under ``settings.data_dir``."""
+    embedder = make_embedder(settings)
+    shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    processor = IngestProcessor(settings, embedder, shards)
+    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
+    store = shards.get(0)
+    state: dict[bytes, Any] = {}
+    records = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(locomo_turns(path))]
+    requests, windows = [], []
+    for i in range(0, len(records), settings.batch_size):
+        result = await processor.process(records[i : i + settings.batch_size], state)
+        requests += result.consolidation
+        windows += result.windows
+    for raw in state.values():  # the conversations are over: idleness closes what is open
+        windows += close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(seconds=1))[1]
+    trees: dict[str, TreeState] = {}
+    for req in requests:
+        await consolidation.indexer.apply(store, await consolidation.recurrence.handle(store, req))
+    for w in windows:
+        trees[w.key], updates = await consolidation.tree.handle(store, trees.get(w.key, TreeState()), w)
+        await consolidation.indexer.apply(store, updates)
+    for w in windows:
+        if w.level == WindowLevel.MONTH:
+            await consolidation.indexer.apply(store, await consolidation.tree.durative(store, w))
+    return shards
+
+
+async def evaluate(
+    settings: Settings, path: Path, budgets: Sequence[int], progress: bool = True
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="memstream-eval-") as tmp:
+        settings = settings.model_copy(update={"data_dir": Path(tmp)})
+        shards = await build_memory(settings, path)
+        embedder = make_embedder(settings)
+        asked, now = questions(path)
+        per_question = []
+        hits: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
+        flat: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
+        for q in tqdm(asked, desc="questions", disable=not progress):
+            row: dict[str, Any] = {
+                "question": q.text,
+                "category": q.category,
+                "evidence": q.evidence,
+                "budgets": {},
+            }
+            for budget in budgets:
+                result = await recall(
+                    shards.get(0),
+                    embedder,
+                    user_key=q.user_key,
+                    query=q.text,
+                    now=now[q.user_key],
+                    budget_tokens=budget,
+                )
+                returned = {t for item, _ in result.items for t in item.source_turn_ids}
+                share = sum(e in returned for e in q.evidence) / len(q.evidence)
+                hits[budget][CATEGORIES[q.category]].append(share)
+                hits[budget]["all"].append(share)
+                flat_turns = flat_dense(shards.get(0), embedder, q, budget)
+                flat[budget]["all"].append(sum(e in flat_turns for e in q.evidence) / len(q.evidence))
+                row["budgets"][str(budget)] = {
+                    "recall": share,
+                    "items": [
+                        {
+                            "kind": i.kind,
+                            "tokens": rank.tokens(i.text),
+                            "source_turn_ids": list(i.source_turn_ids),
+                        }
+                        for i, _ in result.items
+                    ],
+                }
+            per_question.append(row)
+        shards.close()
+    return {
+        "data": str(path),
+        "embedder": settings.embedder,
+        "writer": "llm" if settings.llm_base_url else "extractive",
+        "questions": len(asked),
+        "evidence_recall": _means(hits),
+        "flat_dense_units_evidence_recall": _means(flat),
+        "per_question": per_question,
+    }
+
+
+def flat_dense(store: VectorStore, embedder: Embedder, q: Question, budget: int) -> set[str]:
+    """The baseline: the user's units nearest the question, in order, as many as fit the budget."""
+    vector = embedder.embed([q.text])[0]
+    hits = store.search_many(UNITS, [SearchQuery(vector, 200, Filter(equals={USER_FIELD: q.user_key}))])[0]
+    turns: set[str] = set()
+    spent = 0
+    for h in hits:
+        cost = rank.tokens(str(h.payload["text"]))
+        if spent + cost > budget:
+            continue
+        spent += cost
+        turns.add(unit_from_payload(h.payload).turn_id)
+    return turns
+
+
+def _means(by_budget: dict[int, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    return {
+        str(b): {cat: round(statistics.mean(v), 4) for cat, v in sorted(by_cat.items())}
+        for b, by_cat in by_budget.items()
+    }
