@@ -31,6 +31,7 @@ bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
 	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json
 	$(BIN)/python bench/consolidation.py --json
+	$(BIN)/python bench/recall.py --units 100000 --json
 
 clean:
 	rm -rf $(VENV) .memstream .pytest_cache .mypy_cache .ruff_cache

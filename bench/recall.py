@@ -1,0 +1,153 @@
+"""Recall latency without an LLM: p50 / p95 / p99 of ``memstream.recall.engine.recall`` on a store
+holding N units and the memories consolidation built from them.
+
+    python bench/recall.py --units 100000 --embedder hash --queries 300 --json
+
+Builds the store in process (generated conversations through the ingest processor, then the
+extractive consolidators), then times recall for questions drawn from the generator's topics,
+for random users, with ``now`` = the user's last turn. The store is the embedded Qdrant Edge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from consumers import build_consolidation
+from consumers.memories import MEMORIES, memories_spec
+from memstream.embedders import make_embedder
+from memstream.recall.engine import recall
+from memstream.sample import generate
+from memstream.settings import Settings
+from memstream.store.shards import EdgeShards
+from memstream.tree import TreeState
+from memstream.units import UNITS
+from memstream.windows import UserWindows, close_idle
+from streams.ingest import Incoming, IngestProcessor, units_spec
+
+QUESTIONS = [
+    "What did I say about {topic}?",
+    "What happened with {topic} last week?",
+    "How has my {topic} changed over the last months and why?",
+    "When did I last talk about {topic}?",
+    "What do I like?",
+]
+
+
+async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards, dict[str, Any]]:
+    embedder = make_embedder(settings)
+    shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    processor = IngestProcessor(settings, embedder, shards)
+    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
+    store = shards.get(0)
+    turns = list(islice(generate(users=users, days=365 * 3, tenant="bench"), units))
+    last: dict[str, Any] = {}
+    topics: dict[str, set[str]] = {}
+    for t in turns:
+        last[t.key] = max(last.get(t.key, t.ts), t.ts)
+        topics.setdefault(t.key, set()).add(str(t.metadata.get("topic", "life")))
+    state: dict[bytes, Any] = {}
+    requests, windows = [], []
+    t0 = time.perf_counter()
+    for i in range(0, len(turns), 512):
+        batch = [Incoming(t.to_bytes(), t.key, "turns", 0, i + j) for j, t in enumerate(turns[i : i + 512])]
+        result = await processor.process(batch, state)
+        requests += result.consolidation
+        windows += result.windows
+        print(f"\ringested {i + len(batch):,}/{len(turns):,}", end="", file=sys.stderr, flush=True)
+    for raw in state.values():
+        windows += close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(seconds=1))[1]
+    trees: dict[str, TreeState] = {}
+    for n, req in enumerate(requests):
+        await consolidation.indexer.apply(store, await consolidation.recurrence.handle(store, req))
+        if n % 200 == 0:
+            print(f"\rconsolidated {n:,}/{len(requests):,} requests", end="", file=sys.stderr, flush=True)
+    for n, w in enumerate(windows):
+        trees[w.key], updates = await consolidation.tree.handle(store, trees.get(w.key, TreeState()), w)
+        await consolidation.indexer.apply(store, updates)
+        if n % 500 == 0:
+            print(f"\rsummarised {n:,}/{len(windows):,} windows", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    info = {
+        "units": store.count(UNITS),
+        "memories": store.count(MEMORIES),
+        "build_s": round(time.perf_counter() - t0, 1),
+        "last": last,
+        "topics": {k: sorted(v) for k, v in topics.items()},
+    }
+    return shards, info
+
+
+async def run(units: int, users: int, queries: int, embedder: str, budget: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="memstream-bench-recall-") as tmp:
+        settings = Settings(data_dir=Path(tmp), embedder=embedder)
+        shards, info = await build(settings, units, users)
+        model = make_embedder(settings)
+        store = shards.get(0)
+        rng = random.Random(7)
+        keys = sorted(info["last"])
+        latencies: list[float] = []
+        returned: list[int] = []
+        for _ in range(queries):
+            key = rng.choice(keys)
+            question = rng.choice(QUESTIONS).format(topic=rng.choice(info["topics"][key]))
+            now = info["last"][key]
+            now = now if now.tzinfo else now.replace(tzinfo=UTC)
+            t0 = time.perf_counter()
+            result = await recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            returned.append(len(result.items))
+        shards.close()
+    qs = statistics.quantiles(latencies, n=100)
+    return {
+        "units": info["units"],
+        "memories": info["memories"],
+        "users": users,
+        "embedder": embedder,
+        "budget_tokens": budget,
+        "queries": queries,
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p95_ms": round(qs[94], 2),
+        "p99_ms": round(qs[98], 2),
+        "items_median": statistics.median(returned),
+        "build_s": info["build_s"],
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--units", type=int, default=100_000)
+    p.add_argument("--users", type=int, default=200)
+    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--budget", type=int, default=1000, help="budget_tokens per recall")
+    p.add_argument("--embedder", choices=["hash", "minilm"], default="hash")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args()
+    result = asyncio.run(run(args.units, args.users, args.queries, args.embedder, args.budget))
+    if args.json:
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(
+            f"recall over {result['units']:,} units + {result['memories']:,} memories: "
+            f"p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()
