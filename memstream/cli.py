@@ -239,8 +239,10 @@ def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{report['questions']} questions, writer {report['writer']}, embedder {report['embedder']}")
     for budget, by_category in report["evidence_recall"].items():
         cells = "  ".join(f"{cat} {share:.3f}" for cat, share in by_category.items())
+        strict = report["leaves_only_evidence_recall"][budget]["all"]
         baseline = report["flat_dense_units_evidence_recall"][budget]["all"]
-        print(f"budget {budget:>5} tokens: {cells}  (flat dense over units: all {baseline:.3f})")
+        print(f"budget {budget:>5} tokens: {cells}")
+        print(f"             leaves only {strict:.3f}  flat dense over units {baseline:.3f}")
     return 0
 
 

@@ -12,6 +12,7 @@ Next to it, the same budgets filled by a flat baseline: the user's units (raw ex
 to the question with the same embedder, as many as fit. Note for reading the numbers: a tree node
 carries the turn ids of everything below it (a session summary names all the session's turns), so
 a returned summary credits every evidence turn of its session, although its text keeps only some.
+``leaves_only_evidence_recall`` is the stricter reading: only units, episodes and facts count.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ async def evaluate(
         per_question = []
         hits: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
         flat: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
+        leaves: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
         for q in tqdm(asked, desc="questions", disable=not progress):
             row: dict[str, Any] = {
                 "question": q.text,
@@ -134,6 +136,9 @@ async def evaluate(
                 share = sum(e in returned for e in q.evidence) / len(q.evidence)
                 hits[budget][CATEGORIES[q.category]].append(share)
                 hits[budget]["all"].append(share)
+                # Stricter: only leaves (units, episodes, facts), whose provenance is their own text.
+                leaf_turns = {t for item, _ in result.items if item.level == 1 for t in item.source_turn_ids}
+                leaves[budget]["all"].append(sum(e in leaf_turns for e in q.evidence) / len(q.evidence))
                 flat_turns = flat_dense(shards.get(0), embedder, q, budget)
                 flat[budget]["all"].append(sum(e in flat_turns for e in q.evidence) / len(q.evidence))
                 row["budgets"][str(budget)] = {
@@ -155,6 +160,7 @@ async def evaluate(
         "writer": "llm" if settings.llm_base_url else "extractive",
         "questions": len(asked),
         "evidence_recall": _means(hits),
+        "leaves_only_evidence_recall": _means(leaves),
         "flat_dense_units_evidence_recall": _means(flat),
         "per_question": per_question,
     }

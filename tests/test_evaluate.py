@@ -38,4 +38,7 @@ def test_report_is_recomputable_from_its_items(tmp_path: Path) -> None:
             recomputed.append(sum(e in returned for e in row["evidence"]) / len(row["evidence"]))
         assert report["evidence_recall"][budget]["all"] == round(statistics.mean(recomputed), 4)
         assert 0 <= report["flat_dense_units_evidence_recall"][budget]["all"] <= 1
+        assert (
+            report["leaves_only_evidence_recall"][budget]["all"] <= report["evidence_recall"][budget]["all"]
+        )
     assert report["evidence_recall"]["2000"]["all"] >= report["evidence_recall"]["300"]["all"]
