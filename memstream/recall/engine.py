@@ -73,7 +73,23 @@ async def recall(
     scored = rank.temporal_rerank(
         scored, inside=lambda i: contains(intent, i.start, i.end), distance=closeness
     )
-    selected = rank.order(rank.gate(scored, budget_tokens), closeness)
+    kept = rank.gate(scored, budget_tokens)
+    # TiMem's leaf budget caps activation, not the context: budget left over goes to the next-best
+    # leaves (raw evidence beats a summary's paraphrase when there is room for both).
+    spare = budget_tokens - sum(rank.tokens(i.text) for i, _ in kept)
+    chosen = {i.id for i, _ in kept}
+    ranked_leaves = rank.temporal_rerank(
+        list(zip(leaves, rank.leaf_scores(leaves, query), strict=True)),
+        inside=lambda i: contains(intent, i.start, i.end),
+        distance=closeness,
+    )
+    for item, score in rank.keep_valid(ranked_leaves, intent.asks_change, None):
+        cost = rank.tokens(item.text)
+        if item.id not in chosen and cost <= spare:
+            kept.append((item, score))
+            chosen.add(item.id)
+            spare -= cost
+    selected = rank.order(kept, closeness)
     return Recalled(selected, rank.render_context(selected, zone), intent, complexity)
 
 
