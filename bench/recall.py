@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -28,15 +28,14 @@ import orjson
 
 from consumers import build_consolidation
 from consumers.memories import MEMORIES, memories_spec
+from consumers.offline import consolidate_all, ingest_all
 from memstream.embedders import make_embedder
 from memstream.recall.engine import recall
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.shards import EdgeShards
-from memstream.tree import TreeState
 from memstream.units import UNITS
-from memstream.windows import UserWindows, close_idle
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import IngestProcessor, units_spec
 
 QUESTIONS = [
     "What did I say about {topic}?",
@@ -51,44 +50,30 @@ async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards,
     embedder = make_embedder(settings)
     shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
     processor = IngestProcessor(settings, embedder, shards)
-    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
-    store = shards.get(0)
     turns = list(islice(generate(users=users, days=365 * 3, tenant="bench"), units))
     last: dict[str, Any] = {}
     topics: dict[str, set[str]] = {}
     for t in turns:
         last[t.key] = max(last.get(t.key, t.ts), t.ts)
         topics.setdefault(t.key, set()).add(str(t.metadata.get("topic", "life")))
-    state: dict[bytes, Any] = {}
-    requests, windows = [], []
     t0 = time.perf_counter()
-    for i in range(0, len(turns), 512):
-        batch = [Incoming(t.to_bytes(), t.key, "turns", 0, i + j) for j, t in enumerate(turns[i : i + 512])]
-        result = await processor.process(batch, state)
-        requests += result.consolidation
-        windows += result.windows
-        print(f"\ringested {i + len(batch):,}/{len(turns):,}", end="", file=sys.stderr, flush=True)
-    for raw in state.values():
-        windows += close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(seconds=1))[1]
-    trees: dict[str, TreeState] = {}
-    for n, req in enumerate(requests):
-        await consolidation.indexer.apply(store, await consolidation.recurrence.handle(store, req))
-        if n % 200 == 0:
-            print(f"\rconsolidated {n:,}/{len(requests):,} requests", end="", file=sys.stderr, flush=True)
-    for n, w in enumerate(windows):
-        trees[w.key], updates = await consolidation.tree.handle(store, trees.get(w.key, TreeState()), w)
-        await consolidation.indexer.apply(store, updates)
-        if n % 500 == 0:
-            print(f"\rsummarised {n:,}/{len(windows):,} windows", end="", file=sys.stderr, flush=True)
+    events = await ingest_all(processor, turns, 512, _progress)
+    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
+    await consolidate_all(consolidation, shards.get(0), events, _progress)
     print(file=sys.stderr)
     info = {
-        "units": store.count(UNITS),
-        "memories": store.count(MEMORIES),
+        "units": shards.get(0).count(UNITS),
+        "memories": shards.get(0).count(MEMORIES),
         "build_s": round(time.perf_counter() - t0, 1),
         "last": last,
         "topics": {k: sorted(v) for k, v in topics.items()},
     }
     return shards, info
+
+
+def _progress(stage: str, done: int, total: int) -> None:
+    if done == total or done % 500 == 0:
+        print(f"\r{stage} {done:,}/{total:,}   ", end="", file=sys.stderr, flush=True)
 
 
 async def run(units: int, users: int, queries: int, embedder: str, budget: int) -> dict[str, Any]:

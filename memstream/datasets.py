@@ -64,7 +64,7 @@ def parse_locomo_time(text: str) -> datetime:
     return datetime(int(year), _MONTHS[month.lower()], int(day), h, int(minute))
 
 
-def _session_numbers(conversation: dict[str, Any]) -> list[int]:
+def session_numbers(conversation: dict[str, Any]) -> list[int]:
     # Some session_N_date_time keys have no turns: only list-valued session_N count.
     nums = [
         int(k.split("_")[1])
@@ -80,7 +80,7 @@ def locomo_turns(path: Path, tenant: str = "locomo") -> Iterator[Turn]:
         conv = sample["conversation"]
         roles = {conv["speaker_a"]: Role.USER, conv["speaker_b"]: Role.ASSISTANT}
         user_id = sample["sample_id"]
-        for n in _session_numbers(conv):
+        for n in session_numbers(conv):
             start = parse_locomo_time(conv[f"session_{n}_date_time"])
             for i, turn in enumerate(conv[f"session_{n}"]):
                 content = turn["text"]

@@ -32,7 +32,8 @@ from tqdm import tqdm
 
 from consumers import build_consolidation
 from consumers.memories import memories_spec
-from memstream.datasets import locomo_turns, parse_locomo_time
+from consumers.offline import consolidate_all, ingest_all
+from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
 from memstream.recall import rank
@@ -40,11 +41,9 @@ from memstream.recall.engine import recall
 from memstream.settings import Settings
 from memstream.store.base import Filter, SearchQuery, VectorStore
 from memstream.store.shards import EdgeShards
-from memstream.tree import TreeState
 from memstream.units import UNITS, USER_FIELD, unit_from_payload
-from memstream.windows import UserWindows, close_idle
-from schemas.events import WindowLevel, partition_key
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from schemas.events import partition_key
+from streams.ingest import IngestProcessor, units_spec
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
@@ -65,9 +64,8 @@ def questions(path: Path, tenant: str = "locomo") -> tuple[list[Question], dict[
     for sample in data:
         key = partition_key(tenant, sample["sample_id"])
         conv = sample["conversation"]
-        dated = [k for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list) and v]
-        last = max(dated, key=lambda k: int(k.split("_")[1]))
-        now[key] = parse_locomo_time(conv[f"{last}_date_time"]) + timedelta(days=1)
+        last = session_numbers(conv)[-1]
+        now[key] = parse_locomo_time(conv[f"session_{last}_date_time"]) + timedelta(days=1)
         for qa in sample["qa"]:
             # A few evidence strings are malformed ("D8:6; D9:17"): read every D<n>:<m> in them.
             evidence = tuple(e for raw in qa.get("evidence", []) for e in re.findall(r"D\d+:\d+", raw))
@@ -76,31 +74,12 @@ def questions(path: Path, tenant: str = "locomo") -> tuple[list[Question], dict[
     return out, now
 
 
-async def build_memory(settings: Settings, path: Path) -> EdgeShards:
+async def build_memory(settings: Settings, embedder: Embedder, path: Path) -> EdgeShards:
     """Ingest and consolidate the whole file on a fresh store under ``settings.data_dir``."""
-    embedder = make_embedder(settings)
     shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
     processor = IngestProcessor(settings, embedder, shards)
-    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
-    store = shards.get(0)
-    state: dict[bytes, Any] = {}
-    records = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(locomo_turns(path))]
-    requests, windows = [], []
-    for i in range(0, len(records), settings.batch_size):
-        result = await processor.process(records[i : i + settings.batch_size], state)
-        requests += result.consolidation
-        windows += result.windows
-    for raw in state.values():  # the conversations are over: idleness closes what is open
-        windows += close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(seconds=1))[1]
-    trees: dict[str, TreeState] = {}
-    for req in requests:
-        await consolidation.indexer.apply(store, await consolidation.recurrence.handle(store, req))
-    for w in windows:
-        trees[w.key], updates = await consolidation.tree.handle(store, trees.get(w.key, TreeState()), w)
-        await consolidation.indexer.apply(store, updates)
-    for w in windows:
-        if w.level == WindowLevel.MONTH:
-            await consolidation.indexer.apply(store, await consolidation.tree.durative(store, w))
+    events = await ingest_all(processor, locomo_turns(path), settings.batch_size)
+    await consolidate_all(build_consolidation(settings, embedder, processor.theta_sim), shards.get(0), events)
     return shards
 
 
@@ -109,8 +88,8 @@ async def evaluate(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memstream-eval-") as tmp:
         settings = settings.model_copy(update={"data_dir": Path(tmp)})
-        shards = await build_memory(settings, path)
         embedder = make_embedder(settings)
+        shards = await build_memory(settings, embedder, path)
         asked, now = questions(path)
         per_question = []
         hits: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}

@@ -67,11 +67,7 @@ async def wait_processed(
     """Wait until the pipeline's consumer group has committed past ``produced`` (partition ->
     last offset sent). Committed offsets are read with ``consumer.committed()``, which asks the
     group coordinator each time (admin offset listing fails against Tansu)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
+    async with group_offsets(settings) as consumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
@@ -80,6 +76,18 @@ async def wait_processed(
                 return True
             await asyncio.sleep(poll)
         return False
+
+
+@asynccontextmanager
+async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
+    """A consumer in the pipeline's group that subscribes to nothing (so it never joins or
+    rebalances the group): for reading the group's committed offsets."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        yield consumer
     finally:
         await consumer.stop()
 
@@ -105,19 +113,13 @@ async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> lis
 async def consumed(settings: Settings, topics: list[str]) -> bool:
     """Whether the pipeline's group has committed every record of ``topics``. Only for topics the
     pipeline itself produces: against Tansu it sends one record per batch, so end offsets hold."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
+    async with group_offsets(settings) as consumer:
         tps = [TopicPartition(t, p) for t in topics for p in range(settings.topic_partitions)]
         ends = await consumer.end_offsets(tps)
         for tp in tps:
             if ends[tp] and (await consumer.committed(tp) or 0) < ends[tp]:
                 return False
         return True
-    finally:
-        await consumer.stop()
 
 
 async def settled(settings: Settings) -> bool:

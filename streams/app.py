@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,7 +61,8 @@ from schemas.topics import (
     WINDOWS,
     TopicSpec,
 )
-from streams.ingest import Incoming, IngestProcessor
+from streams.ingest import Incoming, IngestProcessor, dead_letter
+from streams.validation import Rejection
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
@@ -391,19 +393,11 @@ def _incoming(event: EventT) -> Incoming:
 def _dead(
     event: EventT, stage: DeadLetterStage, reason: str, exc: Exception, now: float, value: bytes | None = None
 ) -> DeadLetter:
-    msg = event.message
-    metrics.DEAD_LETTERS.labels(stage.value, reason).inc()
-    return DeadLetter(
-        original=value if value is not None else event.value or b"",
-        key=msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,
-        source_topic=msg.topic,
-        partition=msg.partition,
-        offset=msg.offset,
-        stage=stage,
-        reason=reason,
-        detail=str(exc)[:2000],
-        at=datetime.fromtimestamp(now, UTC),
-    )
+    """A consolidation record that failed; ``value``: the record inside a deferred one."""
+    rec = _incoming(event)
+    if value is not None:
+        rec = replace(rec, value=value)
+    return dead_letter(rec, Rejection(stage, reason, str(exc)[:2000]), now)
 
 
 def _deferred(source: str, key: bytes, value: bytes, exc: LLMError, now: float, retry_s: float) -> Deferred:

@@ -154,7 +154,7 @@ class IngestProcessor:
             for rec in batch:
                 turn = validate(rec.value, self.limits, wall)
                 if isinstance(turn, Rejection):
-                    result.dead_letters.append(self._dead_letter(rec, turn, now))
+                    result.dead_letters.append(dead_letter(rec, turn, now))
                     continue
                 tenants[turn.tenant] += 1
                 unit = build_unit(turn, zone_of(turn, self.settings.zone), extract_event_times)
@@ -164,7 +164,7 @@ class IngestProcessor:
                 elif seen[1].content_hash == unit.content_hash:
                     result.duplicates += 1
                 else:
-                    result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
+                    result.dead_letters.append(dead_letter(rec, _reused(unit), now))
         # Metrics per batch, not per turn: a labelled increment costs as much as a small stage.
         for tenant, n in tenants.items():
             metrics.TURNS_INGESTED.labels(tenant).inc(n)
@@ -187,7 +187,7 @@ class IngestProcessor:
             if prior is None:
                 new.append((_partition(rec), unit))
             elif unit_from_payload(prior).content_hash != unit.content_hash:
-                result.dead_letters.append(self._dead_letter(rec, _reused(unit), now))
+                result.dead_letters.append(dead_letter(rec, _reused(unit), now))
             else:
                 result.duplicates += 1
                 if prior.get(FIRED_FIELD):
@@ -367,19 +367,21 @@ class IngestProcessor:
             if value is not None:
                 state[key] = value.to_json()
 
-    def _dead_letter(self, rec: Incoming, why: Rejection, now: float) -> DeadLetter:
-        metrics.DEAD_LETTERS.labels(why.stage.value, why.reason).inc()
-        return DeadLetter(
-            original=rec.value or b"",
-            key=rec.key,
-            source_topic=rec.topic,
-            partition=rec.partition,
-            offset=rec.offset,
-            stage=why.stage,
-            reason=why.reason,
-            detail=why.detail,
-            at=datetime.fromtimestamp(now, UTC),
-        )
+
+def dead_letter(rec: Incoming, why: Rejection, now: float) -> DeadLetter:
+    """The dead letter of a record that failed, counted by stage and reason."""
+    metrics.DEAD_LETTERS.labels(why.stage.value, why.reason).inc()
+    return DeadLetter(
+        original=rec.value or b"",
+        key=rec.key,
+        source_topic=rec.topic,
+        partition=rec.partition,
+        offset=rec.offset,
+        stage=why.stage,
+        reason=why.reason,
+        detail=why.detail,
+        at=datetime.fromtimestamp(now, UTC),
+    )
 
 
 def _read_windows(

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,69 +15,29 @@ import pytest
 
 from consumers import Consolidation, build_consolidation
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
+from consumers.offline import Events, consolidate_all, ingest_all
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.base import VectorStore, scroll_all
 from memstream.store.shards import EdgeShards
-from memstream.tree import TreeState, covers
-from memstream.windows import UserWindows, close_idle
-from schemas.events import ConsolidationRequest, WindowClosed, WindowLevel
+from memstream.tree import covers
 from schemas.memory import Memory, MemoryKind, MemoryOp
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import IngestProcessor, units_spec
 from tests.chat_responder import respond
 from tests.openai_server import OpenAIServer
 
 TURNS = list(generate(users=2, days=40, seed=3))
 
 
-@dataclass
-class Events:
-    requests: list[ConsolidationRequest]
-    windows: list[WindowClosed]
-
-
 def ingest(settings: Settings, shards: EdgeShards) -> Events:
     processor = IngestProcessor(settings, HashingEmbedder(settings.hash_dim), shards)
-    state: dict[bytes, Any] = {}
-    events = Events([], [])
-
-    async def feed() -> None:
-        records = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
-        for i in range(0, len(records), 64):
-            result = await processor.process(records[i : i + 64], state)
-            events.requests += result.consolidation
-            events.windows += result.windows
-
-    asyncio.run(feed())
-    for raw in state.values():  # the users go quiet: idleness closes what is still open
-        _, closed = close_idle(UserWindows.from_json(raw), now=4e9, idle_close=timedelta(hours=1))
-        events.windows += closed
-    return events
+    return asyncio.run(ingest_all(processor, TURNS, 64))
 
 
 def consolidate(c: Consolidation, store: VectorStore, events: Events) -> int:
     """What the app's agents do, in topic order; returns the number of updates applied."""
-    trees: dict[str, TreeState] = {}
-
-    async def run() -> int:
-        n = 0
-        for req in events.requests:
-            updates = await c.recurrence.handle(store, req)
-            await c.indexer.apply(store, updates)
-            n += len(updates)
-        for w in events.windows:
-            trees[w.key], updates = await c.tree.handle(store, trees.get(w.key, TreeState()), w)
-            await c.indexer.apply(store, updates)
-            n += len(updates)
-        for w in events.windows:  # the app runs durative memory a while after a month closed
-            if w.level == WindowLevel.MONTH:
-                updates = await c.tree.durative(store, w)
-                await c.indexer.apply(store, updates)
-                n += len(updates)
-        return n
-
-    return asyncio.run(run())
+    return asyncio.run(consolidate_all(c, store, events))
 
 
 def memories(store: VectorStore) -> dict[str, Memory]:
