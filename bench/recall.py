@@ -92,7 +92,7 @@ async def run(units: int, users: int, queries: int, embedder: str, budget: int) 
             now = info["last"][key]
             now = now if now.tzinfo else now.replace(tzinfo=UTC)
             t0 = time.perf_counter()
-            result = await recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
+            result = recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
             latencies.append((time.perf_counter() - t0) * 1000)
             returned.append(len(result.items))
         shards.close()

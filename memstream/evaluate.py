@@ -103,7 +103,7 @@ async def evaluate(
                 "budgets": {},
             }
             for budget in budgets:
-                result = await recall(
+                result = recall(
                     shards.get(0),
                     embedder,
                     user_key=q.user_key,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC
 from pathlib import Path
 
@@ -41,9 +40,7 @@ NOW = max(t.ts for t in TURNS if t.key == USER)
 
 def ask(store: VectorStore, query: str, budget: int = 500) -> Recalled:
     now = NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
-    return asyncio.run(
-        recall(store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget)
-    )
+    return recall(store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget)
 
 
 def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore) -> None:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,7 +40,7 @@ class Recalled:
     complexity: rank.Complexity
 
 
-async def recall(
+def recall(
     store: VectorStore,
     embedder: Embedder,
     *,
@@ -55,7 +54,7 @@ async def recall(
     now = now if now.tzinfo else now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
     complexity = rank.plan_complexity(query, bool(intent.intervals))
-    vector = (await asyncio.to_thread(embedder.embed, [query]))[0]
+    vector = embedder.embed([query])[0]
 
     leaves = _candidates(store, vector, user_key)
     activated = rank.activate(leaves, query, complexity)
