@@ -73,6 +73,7 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
             "MEMSTREAM_DATA_DIR": str(work / "data"),
             "MEMSTREAM_EMBEDDER": embedder,
             "MEMSTREAM_METRICS_PORT": str(free_port()),
+            "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LLM_BASE_URL": server.base_url,
             "MEMSTREAM_LLM_MODEL": "bench-model",
             "MEMSTREAM_IDLE_CLOSE_S": "3",

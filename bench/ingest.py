@@ -83,6 +83,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
             "MEMSTREAM_DATA_DIR": str(work / "data"),
             "MEMSTREAM_EMBEDDER": embedder,
             "MEMSTREAM_METRICS_PORT": str(free_port()),
+            "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
             "MEMSTREAM_WORKERS": str(workers),
             # The ingest pipeline alone: consolidation has its own benchmark (bench/consolidation.py)

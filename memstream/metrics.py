@@ -71,6 +71,23 @@ MEMORY_UPDATES = Counter(
     "memstream_memory_updates", "Memory updates published to memory.updates", ["op", "kind"]
 )
 
+# --- query gateway ---------------------------------------------------------------------------
+GATEWAY_REQUESTS = Counter(
+    "memstream_gateway_requests", "Gateway requests by route and status code", ["route", "status"]
+)
+GATEWAY_SECONDS = Histogram(
+    "memstream_gateway_request_seconds",
+    "Gateway request latency by route (recall latency: route=/v1/recall)",
+    ["route"],
+    buckets=(0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+TURNS_ACCEPTED = Counter("memstream_gateway_turns_accepted", "Turns the gateway wrote to the log", ["tenant"])
+GATEWAY_UPDATES = Counter(
+    "memstream_gateway_updates_received", "memory.updates records read for live (SSE) subscribers"
+)
+RATE_LIMITED = Counter("memstream_gateway_rate_limited", "Requests refused with 429 (per-key rate limit)")
+USERS_DELETED = Counter("memstream_users_deleted", "Users forgotten through DELETE", ["tenant"])
+
 
 def snapshot() -> dict[str, dict[str, float]]:
     """Current counter values keyed by name and label values, for ``memstream status``."""

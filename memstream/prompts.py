@@ -183,4 +183,24 @@ DURATIVE = Prompt(
     DurativeOut,
 )
 
-ALL_PROMPTS: tuple[Prompt[Any], ...] = (EPISODES, MERGE, FACTS, SUMMARY, PROFILE, DURATIVE)
+
+# --- answers (query gateway) ------------------------------------------------------------------
+
+
+class AnswerOut(BaseModel):
+    answer: str = Field(min_length=1, description="the answer, with explicit dates where time matters")
+
+
+ANSWER = Prompt(
+    "answer",
+    1,
+    "You answer a question about a user from their memories: dated lines, broad summaries first, then "
+    "episodes, facts and the user's own words. Reason with the dates: the question is asked on {now}; "
+    "resolve 'last week', 'recently' and the like against that date and the dates of the lines. Prefer "
+    "the most recent memory when memories disagree. If the memories do not contain the answer, say so "
+    "plainly instead of guessing.",
+    'Respond as {{"answer": "..."}}.\n\nQuestion: {question}\n\nMemories:\n<data>\n{context}\n</data>',
+    AnswerOut,
+)
+
+ALL_PROMPTS: tuple[Prompt[Any], ...] = (EPISODES, MERGE, FACTS, SUMMARY, PROFILE, DURATIVE, ANSWER)

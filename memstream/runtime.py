@@ -54,7 +54,7 @@ def run_up(settings: Settings) -> int:
                 update={"bootstrap_servers": broker.bootstrap, "tansu_quirks": True}
             )
         asyncio.run(ensure_topics(settings))
-        if settings.workers == 1:
+        if settings.workers == 1 and not settings.gateway_port:
             run_worker(settings)
             return 0
         return run_workers(settings)
@@ -114,7 +114,8 @@ def worker_ports(settings: Settings) -> list[int]:
 
 
 def run_workers(settings: Settings) -> int:
-    """``settings.workers`` worker processes; returns when they have all stopped."""
+    """``settings.workers`` worker processes, and the gateway unless its port is 0; returns when
+    they have all stopped."""
     env = {
         **os.environ,
         "MEMSTREAM_WORKERS": "1",
@@ -127,11 +128,18 @@ def run_workers(settings: Settings) -> int:
     ports = worker_ports(settings) or [0] * settings.workers
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"], env={**env, "MEMSTREAM_METRICS_PORT": str(port)}
+            [sys.executable, "-m", "memstream.cli", "up"],
+            env={**env, "MEMSTREAM_METRICS_PORT": str(port), "MEMSTREAM_GATEWAY_PORT": "0"},
         )
         for port in ports
     ]
     log.info("%d workers: pids %s", len(procs), ", ".join(str(p.pid) for p in procs))
+    if settings.gateway_port:
+        gateway_env = {**env, "MEMSTREAM_WORKERS": str(settings.workers)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "memstream.cli", "gateway"], env=gateway_env))
+        log.info(
+            "gateway on http://%s:%d (pid %d)", settings.gateway_host, settings.gateway_port, procs[-1].pid
+        )
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -142,7 +150,7 @@ def run_workers(settings: Settings) -> int:
             time.sleep(0.5)
         failed = [p for p in procs if p.returncode not in (None, 0)]
         for p in failed:
-            log.error("worker %d exited with code %s; stopping the others", p.pid, p.returncode)
+            log.error("process %d exited with code %s; stopping the others", p.pid, p.returncode)
         return 1 if failed else 0
     except KeyboardInterrupt:
         return 0

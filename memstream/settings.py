@@ -128,6 +128,25 @@ class Settings(BaseSettings):
     max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")
     min_ts: str = Field("1970-01-01T00:00:00Z", description="earliest accepted dialogue time")
 
+    # --- query gateway -------------------------------------------------------------------
+    gateway_port: int = Field(
+        8080, ge=0, description="port of the HTTP gateway; memstream up starts one unless 0"
+    )
+    gateway_host: str = Field("127.0.0.1", description="address the gateway listens on (0.0.0.0 in a pod)")
+    api_keys: SecretStr | None = Field(
+        None,
+        description='gateway API keys as JSON {"<key>": "<tenant>"}; unset = no auth, tenant "default" '
+        "(development only)",
+    )
+    rate_limit_per_s: float = Field(50.0, gt=0, description="requests per second per API key")
+    rate_limit_burst: int = Field(100, ge=1, description="requests a key may send at once")
+    max_request_bytes: int = Field(4_194_304, ge=1024, description="larger request bodies get 413")
+    worker_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="workers' /status and /store URLs for a gateway on the embedded store, comma-separated; "
+        "unset = 127.0.0.1 at metrics_port + i for each of `workers`",
+    )
+
     # --- observability -------------------------------------------------------------------
     metrics_port: int = Field(
         9464, description="port of /metrics, /status, /healthz in memstream up (0 = off)"
@@ -140,6 +159,13 @@ class Settings(BaseSettings):
     def _roles_csv(cls, v: object) -> object:
         if isinstance(v, str):
             return [r.strip() for r in v.split(",") if r.strip()]
+        return v
+
+    @field_validator("worker_urls", mode="before")
+    @classmethod
+    def _urls_csv(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [u.strip() for u in v.split(",") if u.strip()]
         return v
 
     @field_validator("roles")

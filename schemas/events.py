@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from datetime import datetime
 from enum import StrEnum
@@ -41,6 +42,21 @@ Identifier = Annotated[
 ]
 TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 MetadataValue = str | int | float | bool | None
+
+
+_NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
+def _iso_text(v: object) -> object:
+    # pydantic would read a number (or numeric text) as epoch seconds; the contract, and the JSON
+    # Schema, say ISO 8601 text.
+    if isinstance(v, int | float) or (isinstance(v, str) and _NUMBER.match(v)):
+        raise ValueError("expected an ISO 8601 date-time string")
+    return v
+
+
+IsoDatetime = Annotated[datetime, BeforeValidator(_iso_text)]
+IsoAwareDatetime = Annotated[AwareDatetime, BeforeValidator(_iso_text)]
 
 
 def _from_base64(v: object) -> object:
@@ -92,7 +108,9 @@ class Role(StrEnum):
 class Message(Record):
     speaker: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     role: Role = Role.USER
-    content: Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
+    content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] = Field(
+        description="the message text: not blank, no NUL bytes"
+    )
 
     @field_validator("content")
     @classmethod
@@ -115,7 +133,7 @@ class Turn(Record):
     user_id: Identifier
     session_id: Identifier
     turn_id: Identifier = Field(description="client-supplied idempotency key, unique per user")
-    ts: datetime
+    ts: IsoDatetime
     timezone: str | None = Field(default=None, description="IANA zone for naive ts and windows")
     messages: list[Message] = Field(min_length=1, max_length=2)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
@@ -262,3 +280,17 @@ class DeadLetter(Record):
     reason: str = Field(description="short machine-readable reason, also the metric label")
     detail: str = Field(description="human-readable explanation")
     at: AwareDatetime
+
+
+class Tombstone(Record):
+    """A user forgotten through the gateway: every unit and memory of theirs deleted at ``deleted_at``."""
+
+    tenant: TenantId
+    user_id: Identifier
+    deleted_at: AwareDatetime
+    units: int = Field(ge=0, description="units deleted")
+    memories: int = Field(ge=0, description="memories deleted")
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.user_id)

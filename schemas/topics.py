@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import ConsolidationRequest, DeadLetter, Deferred, Record, Turn, WindowClosed
+from schemas.events import ConsolidationRequest, DeadLetter, Deferred, Record, Tombstone, Turn, WindowClosed
 from schemas.memory import MemoryUpdate
 
 
@@ -36,4 +36,14 @@ DEFERRED = TopicSpec(
 )
 DEAD_LETTER = TopicSpec("dead-letter", DeadLetter, "tenant/user_id", "input that failed, with the reason")
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (TURNS, CONSOLIDATION, WINDOWS, MEMORY_UPDATES, DEFERRED, DEAD_LETTER)
+TOMBSTONES = TopicSpec("tombstones", Tombstone, "tenant/user_id", "users forgotten through the gateway")
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (
+    TURNS,
+    CONSOLIDATION,
+    WINDOWS,
+    MEMORY_UPDATES,
+    DEFERRED,
+    DEAD_LETTER,
+    TOMBSTONES,
+)

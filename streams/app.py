@@ -39,6 +39,7 @@ from memstream.kafka import partition_for
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
+from memstream.store.remote import serve
 from memstream.tree import TreeState
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
@@ -321,6 +322,10 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         """Partitions of the turns topic this worker processes now."""
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == turns_name}
 
+    def held() -> set[int]:
+        """Partitions whose store this worker holds: those of any data topic it is assigned."""
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic in data_topics}
+
     def release_stores(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         # Sent after faust has waited for in-flight batches; the partitions' next owner opens
         # their stores. Every data topic counts: a worker may run only some of the roles.
@@ -374,8 +379,22 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             for m in metrics.CONSUMER_LAG.collect()
             for s in m.samples
         }
-        body = {**processor.status(), "partitions": sorted(owned()), "lag": lag}
+        body = {**processor.status(), "partitions": sorted(held()), "lag": lag}
         return web.bytes(orjson.dumps(body), content_type="application/json")
+
+    @app.page("/store/{partition}/{op}")
+    class StoreView(faust.web.View):
+        """The stores this worker holds, for a gateway (``memstream.store.remote``): with the
+        embedded store no other process may open a partition's shard."""
+
+        async def post(self, request: Any, partition: str, op: str) -> Any:
+            if not partition.isdigit() or int(partition) not in held():
+                return self.error(409, f"partition {partition} is not held here")
+            try:
+                body = serve(processor.shards.get(int(partition)), op, await request.read())
+            except ValueError as exc:
+                return self.error(400, str(exc))
+            return self.bytes(body, content_type="application/json")
 
     return app
 

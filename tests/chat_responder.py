@@ -52,6 +52,9 @@ def respond(body: dict[str, Any]) -> str:
         }
     elif "durative memory" in system:
         answer = {"topic": f"Topic: {text}", "persona": f"Persona: {text[:200]}"}
+    elif "answer a question" in system:
+        first = next((line for block in data for line in block.splitlines() if line.strip()), "")
+        answer = {"answer": f"From memory: {first[:300]}" if first else "The memories do not say."}
     elif "profile" in system:
         answer = {"profile": f"Profile: {text}"}
     else:

@@ -69,6 +69,7 @@ def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
         "MEMSTREAM_APP_ID": f"memstream-test-{run}",
         "MEMSTREAM_DATA_DIR": str(tmp / "data"),
         "MEMSTREAM_METRICS_PORT": str(free_port()),
+        "MEMSTREAM_GATEWAY_PORT": "0",
         "MEMSTREAM_EMBEDDER": "hash",
         "MEMSTREAM_TOPIC_PARTITIONS": "2",
         "MEMSTREAM_BATCH_WITHIN_S": "0.1",

@@ -3,16 +3,20 @@ qdrant-client's local mode (the same client code paths, Qdrant's filter semantic
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pydantic
 import pytest
 from httpx import Headers
@@ -32,6 +36,7 @@ from memstream.store import (
 )
 from memstream.store.edge import EdgeStore
 from memstream.store.qdrant_server import QdrantServerStore
+from memstream.store.remote import RemoteStore, serve
 
 # qdrant-client's local mode warns that payload indexes do nothing there; the contract still creates them.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
@@ -69,13 +74,84 @@ def make_local(tmp_path: Path) -> VectorStore:
     return QdrantServerStore(QdrantClient(location=":memory:"))
 
 
-@pytest.fixture(params=[make_edge, make_local], ids=["edge", "qdrant-local"])
+class _StoreServer(http.server.HTTPServer):
+    """The worker side of ``memstream.store.remote`` (``serve``) over real HTTP, one request at a time."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        super().__init__(("127.0.0.1", 0), _StoreHandler)
+
+
+class _StoreHandler(http.server.BaseHTTPRequestHandler):
+    server: _StoreServer
+
+    def do_POST(self) -> None:
+        op = self.path.rsplit("/", 1)[-1]
+        body = self.rfile.read(int(self.headers["content-length"] or 0))
+        try:
+            status, out = 200, serve(self.server.store, op, body)
+        except ValueError as exc:
+            status, out = 400, orjson.dumps({"error": str(exc)})
+        self.send_response(status)
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+def make_remote(tmp_path: Path) -> VectorStore:
+    """An Edge store held by another "process" (a server thread), used through RemoteStore."""
+    server = _StoreServer(EdgeStore(tmp_path / "store"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    return RemoteStore(0, lambda partition, refresh: url, httpx.Client(timeout=10), timeout_s=1.0)
+
+
+@pytest.fixture(params=[make_edge, make_local, make_remote], ids=["edge", "qdrant-local", "remote-edge"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
     factory: Callable[[Path], VectorStore] = request.param
     s = factory(tmp_path)
     s.ensure_collection(SPEC)
     yield s
     s.close()
+
+
+def test_remote_store_without_an_owner_is_unavailable() -> None:
+    remote = RemoteStore(3, lambda partition, refresh: None, httpx.Client(), timeout_s=0.3)
+    with pytest.raises(StoreUnavailable, match="no worker owns partition 3"):
+        remote.count("units")
+
+
+def test_remote_store_follows_a_moved_partition(tmp_path: Path) -> None:
+    """A worker that answers 409 (not the owner any more) sends the call to the new owner."""
+    owner = _StoreServer(EdgeStore(tmp_path / "store"))
+    threading.Thread(target=owner.serve_forever, daemon=True).start()
+    stale = http.server.HTTPServer(("127.0.0.1", 0), _NotOwnerHandler)
+    threading.Thread(target=stale.serve_forever, daemon=True).start()
+    asked: list[bool] = []
+
+    def locate(partition: int, refresh: bool) -> str:
+        asked.append(refresh)
+        server = owner if refresh else stale
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    remote = RemoteStore(0, locate, httpx.Client(timeout=5), timeout_s=5.0)
+    remote.ensure_collection(SPEC)
+    assert remote.count(SPEC.name) == 0
+    assert asked[:2] == [False, True]
+
+
+class _NotOwnerHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"] or 0))
+        self.send_response(409)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
 
 
 def seed_users(store: VectorStore, users: int = 3, per_user: int = 10) -> dict[str, Vec]:

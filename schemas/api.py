@@ -1,0 +1,104 @@
+"""The query gateway's request and response bodies (its OpenAPI document is generated from these)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.events import Identifier, IsoAwareDatetime, TenantId, Turn
+from schemas.memory import MemoryKind
+
+MAX_BATCH = 500
+MAX_QUERY_CHARS = 2_000
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TurnIn(Turn):
+    """A turn as a client posts it: the tenant comes from the API key (if given, it must match)."""
+
+    tenant: TenantId | None = None  # type: ignore[assignment]
+
+
+class TurnBatch(Body):
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class TurnsAccepted(Body):
+    accepted: int = Field(description="turns written to the turns topic (acks=all)")
+    turn_ids: list[str]
+
+
+class RecallRequest(Body):
+    user_id: Identifier
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+    now: IsoAwareDatetime | None = Field(None, description="the time the question is asked; default: now")
+    budget_tokens: int = Field(1000, ge=50, le=32_000, description="context size, tokens = characters / 4")
+    levels: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
+        None, description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile)"
+    )
+
+
+class RecallItem(Body):
+    id: str
+    kind: str = Field(description="unit, or a memory kind: " + ", ".join(k.value for k in MemoryKind))
+    level: int
+    text: str
+    dialogue_time: datetime | None = Field(description="when it was said (latest source)")
+    event_start: datetime | None = Field(description="when what it describes happened (semantic time)")
+    event_end: datetime | None
+    score: float
+    current: bool = Field(description="false for a superseded fact")
+    source_turn_ids: list[str] = Field(description="provenance: the turns it derives from")
+
+
+class RecallResponse(Body):
+    items: list[RecallItem]
+    context: str = Field(description="the items as dated lines, ready for a prompt")
+    tokens: int
+    complexity: str
+    time_intent: list[tuple[datetime, datetime]] = Field(description="the intervals read from the query")
+
+
+class AnswerResponse(Body):
+    answer: str | None = Field(description="the model's answer; null when no model is configured")
+    answered_by: str | None = Field(description="model name, or null")
+    note: str | None = Field(None, description="why there is no answer, when there is none")
+    recall: RecallResponse
+
+
+class DeleteResult(Body):
+    tenant: str
+    user_id: str
+    units: int
+    memories: int
+    tombstone: datetime
+
+
+class TimelineNode(Body):
+    id: str
+    kind: str
+    level: int
+    text: str
+    start: datetime | None
+    end: datetime | None
+    parent_id: str | None
+    children: list[str]
+
+
+class Timeline(Body):
+    user_id: str
+    nodes: list[TimelineNode] = Field(description="tree nodes overlapping the interval, by start time")
+
+
+class ToolCall(Body):
+    user_id: Identifier
+    arguments: dict[str, Any] = Field(default_factory=dict, description="as the tool's schema describes")
+
+
+class Problem(Body):
+    detail: str

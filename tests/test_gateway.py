@@ -1,0 +1,356 @@
+"""The query gateway over real HTTP: `memstream up` (two workers on the embedded store, the
+gateway started by it) against the real broker, a second gateway replica with a tight rate limit,
+httpx as the client, and schemathesis against the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from memstream.broker import Broker, free_port
+from memstream.cli import fetch_status
+from memstream.demo import SAMPLE
+from memstream.gateway.app import create_app
+from memstream.kafka import read_topic, settled
+from memstream.settings import Settings
+from schemas.events import Tombstone
+from tests.conftest import Pipeline, make_pipeline, wait_for
+
+pytestmark = pytest.mark.integration
+
+KEY_ACME = "acme-key-0123456789abcdef"
+KEY_GLOBEX = "globex-key-0123456789abcdef"
+KEYS = json.dumps({KEY_ACME: "acme", KEY_GLOBEX: "globex"})
+USER = "user-0002"
+
+
+def _turns(user: str) -> list[dict[str, Any]]:
+    out = []
+    for line in SAMPLE.read_text().splitlines():
+        turn = json.loads(line)
+        if turn["user_id"] == user:
+            turn.pop("tenant")
+            out.append(turn)
+    return out
+
+
+ACME_TURNS = _turns(USER)
+# globex has a user with the same id and someone else's conversation: only the tenant separates them.
+GLOBEX_TURNS = [{**t, "user_id": USER} for t in _turns("user-0003")]
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class Gateway:
+    def __init__(self, pipeline: Pipeline, url: str, replica_url: str) -> None:
+        self.pipeline = pipeline
+        self.url = url
+        self.replica_url = replica_url
+
+    def client(self, key: str | None = KEY_ACME, url: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=url or self.url, headers=_auth(key) if key else {}, timeout=httpx.Timeout(60.0)
+        )
+
+
+class _Updates(threading.Thread):
+    """An SSE client reading a user's updates until the first memory event (or a time limit)."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.key = url, key
+        self.events: list[dict[str, Any]] = []
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        with (
+            httpx.Client(timeout=httpx.Timeout(180.0)) as c,
+            c.stream("GET", self.url, headers=_auth(self.key)) as r,
+        ):
+            assert r.headers["content-type"].startswith("text/event-stream")
+            for line in r.iter_lines():
+                if line.startswith(": connected"):
+                    self.connected.set()
+                if line.startswith("data: "):
+                    self.events.append(json.loads(line[6:]))
+                    return
+
+
+@pytest.fixture(scope="module")
+def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    port, replica_port = free_port(), free_port()
+    pipeline = make_pipeline(
+        broker,
+        tmp,
+        MEMSTREAM_WORKERS="2",
+        MEMSTREAM_GATEWAY_PORT=str(port),
+        MEMSTREAM_API_KEYS=KEYS,
+        MEMSTREAM_RATE_LIMIT_PER_S="1000",
+        MEMSTREAM_RATE_LIMIT_BURST="1000",
+    ).start()
+    # A second replica: stateless, so it serves the same data; its rate limit is tight.
+    replica_env = {
+        **pipeline.env,
+        "MEMSTREAM_WORKERS": "2",
+        "MEMSTREAM_RATE_LIMIT_PER_S": "1",
+        "MEMSTREAM_RATE_LIMIT_BURST": "3",
+    }
+    replica = subprocess.Popen(
+        [sys.executable, "-m", "memstream.cli", "gateway", "--port", str(replica_port)],
+        env=replica_env,
+        stdout=(tmp / "replica.log").open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    gw = Gateway(pipeline, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{replica_port}")
+
+    def ready(url: str) -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(lambda: ready(gw.url) and ready(gw.replica_url), 180, "both gateways to be ready")
+        yield gw
+    finally:
+        replica.send_signal(signal.SIGTERM)
+        replica.wait(timeout=30)
+        pipeline.stop()
+
+
+@pytest.fixture(scope="module")
+def ingested(gateway: Gateway) -> dict[str, Any]:
+    """Both tenants' conversations posted through the gateway and consolidated; an SSE client
+    listening to the acme user the whole time."""
+    updates = _Updates(f"{gateway.url}/v1/users/{USER}/updates", KEY_ACME)
+    updates.start()
+    assert updates.connected.wait(30), "the SSE stream did not open"
+    with gateway.client(KEY_ACME) as acme, gateway.client(KEY_GLOBEX) as globex:
+        r = acme.post("/v1/turns", json={"turns": ACME_TURNS})
+        assert r.status_code == 202, r.text
+        assert r.json() == {"accepted": len(ACME_TURNS), "turn_ids": [t["turn_id"] for t in ACME_TURNS]}
+        for turn in GLOBEX_TURNS:  # one at a time: the single-turn body
+            assert globex.post("/v1/turns", json=turn).status_code == 202
+        # Idempotent by turn_id: the same batch again changes nothing.
+        assert acme.post("/v1/turns", json={"turns": ACME_TURNS[:20]}).status_code == 202
+    settings = gateway.pipeline.settings
+    total = len(ACME_TURNS) + len(GLOBEX_TURNS)
+    wait_for(lambda: fetch_status(settings)["units_in_store"] >= total, 120, "every turn to be stored")
+    wait_for(
+        lambda: fetch_status(settings).get("memstream_windows_closed", {}).get("session/idle", 0) >= 2,
+        60,
+        "idle sessions to close",
+    )
+    wait_for(lambda: asyncio.run(settled(settings)), 180, "consolidation to settle")
+    updates.join(60)
+    return {"units": fetch_status(settings)["units_in_store"], "updates": updates.events, "total": total}
+
+
+def test_turns_are_logged_once_and_an_sse_client_sees_consolidation(ingested: dict[str, Any]) -> None:
+    assert ingested["units"] == ingested["total"]  # the re-posted batch was not stored again
+    assert ingested["updates"], "no memory update reached the SSE client"
+    update = ingested["updates"][0]
+    assert update["tenant"] == "acme" and update["user_id"] == USER
+    assert update["op"] in ("upsert", "invalidate")
+
+
+def test_recall_returns_the_users_dated_memories_with_provenance(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    with gateway.client() as c:
+        r = c.post(
+            "/v1/recall", json={"user_id": USER, "query": "Where am I moving to?", "budget_tokens": 500}
+        )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["items"] and body["tokens"] <= 500
+    kinds = {i["kind"] for i in body["items"]}
+    assert kinds & {"unit", "episode", "fact", "session", "day", "week", "profile"}
+    acme_ids = {t["turn_id"] for t in ACME_TURNS}
+    for item in body["items"]:
+        assert item["source_turn_ids"] and set(item["source_turn_ids"]) <= acme_ids
+        assert item["dialogue_time"] and item["event_start"]
+    assert len(body["context"].splitlines()) == len(body["items"])
+    assert "2025" in body["context"]  # every line is dated
+
+    with gateway.client() as c:
+        leaves = c.post("/v1/recall", json={"user_id": USER, "query": "moving", "levels": [1]}).json()
+    assert leaves["items"] and {i["level"] for i in leaves["items"]} == {1}
+
+
+def test_answer_without_a_model_says_so_and_returns_the_context(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    with gateway.client() as c:
+        r = c.post("/v1/answer", json={"user_id": USER, "query": "Where am I moving to?"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["answer"] is None and body["answered_by"] is None
+    assert "no model answered" in body["note"]
+    assert body["recall"]["context"]
+
+
+def test_tools_are_listed_as_openai_schemas_and_run(gateway: Gateway, ingested: dict[str, Any]) -> None:
+    with gateway.client() as c:
+        tools = c.get("/v1/tools").json()
+        names = {t["function"]["name"] for t in tools}
+        assert names == {
+            "semantic_retrieve",
+            "lexical_retrieve",
+            "find_memory_contexts",
+            "find_entity_contexts",
+        }
+        for tool in tools:
+            assert tool["type"] == "function" and tool["function"]["parameters"]["type"] == "object"
+        sem = c.post("/v1/tools/semantic_retrieve", json={"user_id": USER, "arguments": {"query": "kitchen"}})
+        lex = c.post("/v1/tools/lexical_retrieve", json={"user_id": USER, "arguments": {"query": "kitchen"}})
+        facts = c.post(
+            "/v1/tools/find_entity_contexts", json={"user_id": USER, "arguments": {"aggregate": "count"}}
+        )
+        assert sem.status_code == lex.status_code == facts.status_code == 200
+        assert sem.json()["items"] and lex.json()["items"]
+        assert facts.json()["count"] > 0
+        node = next(i for i in sem.json()["items"] if i["kind"] != "unit" or True)
+        timeline = c.get(f"/v1/users/{USER}/timeline").json()["nodes"]
+        assert timeline and all(n["level"] >= 2 for n in timeline)
+        ctx = c.post(
+            "/v1/tools/find_memory_contexts",
+            json={"user_id": USER, "arguments": {"memory_id": timeline[0]["id"]}},
+        )
+        assert ctx.status_code == 200, ctx.text
+        assert node["id"]
+        assert c.post("/v1/tools/nope", json={"user_id": USER}).status_code == 404
+        bad = c.post("/v1/tools/semantic_retrieve", json={"user_id": USER, "arguments": {"limit": 5}})
+        assert bad.status_code == 422  # query missing
+
+
+def test_every_endpoint_is_scoped_to_the_key_tenant(gateway: Gateway, ingested: dict[str, Any]) -> None:
+    acme_ids = {t["turn_id"] for t in ACME_TURNS}
+    globex_ids = {t["turn_id"] for t in GLOBEX_TURNS}
+    for key, mine, theirs in ((KEY_ACME, acme_ids, globex_ids), (KEY_GLOBEX, globex_ids, acme_ids)):
+        seen = _everything_visible(gateway, key)
+        assert seen & mine, "the tenant sees none of its own data"
+        assert not seen & theirs, "another tenant's turns leaked"
+    with gateway.client(None) as anon:
+        assert anon.post("/v1/recall", json={"user_id": USER, "query": "x"}).status_code == 401
+    with gateway.client("not-a-key-0123456789") as wrong:
+        assert wrong.get(f"/v1/users/{USER}/timeline").status_code == 401
+    with gateway.client(KEY_GLOBEX) as globex:
+        turn = {**ACME_TURNS[0], "tenant": "acme"}
+        assert globex.post("/v1/turns", json=turn).status_code == 403
+
+
+def _everything_visible(gateway: Gateway, key: str) -> set[str]:
+    """Every turn id any read endpoint shows ``key`` for USER."""
+    seen: set[str] = set()
+    with gateway.client(key) as c:
+        for query in ("moving kitchen", "work", "weather"):
+            r = c.post("/v1/recall", json={"user_id": USER, "query": query, "budget_tokens": 4000})
+            seen |= {t for i in r.json()["items"] for t in i["source_turn_ids"]}
+            for tool in ("semantic_retrieve", "lexical_retrieve"):
+                r = c.post(
+                    f"/v1/tools/{tool}", json={"user_id": USER, "arguments": {"query": query, "limit": 100}}
+                )
+                seen |= {t for i in r.json()["items"] for t in i["source_turn_ids"]}
+        r = c.post("/v1/tools/find_entity_contexts", json={"user_id": USER, "arguments": {"limit": 200}})
+        seen |= {t for i in r.json()["items"] for t in i["source_turn_ids"]}
+        for node in c.get(f"/v1/users/{USER}/timeline", params={"min_level": 1}).json()["nodes"]:
+            ctx = c.post(
+                "/v1/tools/find_memory_contexts",
+                json={"user_id": USER, "arguments": {"memory_id": node["id"]}},
+            )
+            seen |= {t for i in ctx.json()["items"] for t in i["source_turn_ids"]}
+    return seen
+
+
+def test_the_replica_serves_the_same_data_and_rate_limits_per_key(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    query = {"user_id": USER, "query": "Where am I moving to?", "budget_tokens": 300}
+    with gateway.client() as one, gateway.client(url=gateway.replica_url) as two:
+        a, b = one.post("/v1/recall", json=query).json(), two.post("/v1/recall", json=query).json()
+        assert [i["id"] for i in a["items"]] == [i["id"] for i in b["items"]]
+        codes = [two.post("/v1/recall", json=query).status_code for _ in range(8)]
+        assert 429 in codes
+        limited = next(
+            r for r in (two.post("/v1/recall", json=query) for _ in range(3)) if r.status_code == 429
+        )
+        assert int(limited.headers["Retry-After"]) >= 1
+    with gateway.client(KEY_GLOBEX, url=gateway.replica_url) as other:  # another key: its own bucket
+        assert other.post("/v1/recall", json=query).status_code == 200
+
+
+def test_bad_requests_get_clear_errors(gateway: Gateway) -> None:
+    with gateway.client() as c:
+        r = c.post("/v1/turns", json={**ACME_TURNS[0], "messages": []})
+        assert r.status_code == 422 and "messages" in r.text
+        r = c.post("/v1/turns", content=b"x" * 5_000_000, headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert c.post("/v1/recall", json={"user_id": USER, "query": ""}).status_code == 422
+        assert c.get("/metrics").text.count("memstream_gateway_requests_total") > 0
+
+
+def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    globex_before = _everything_visible(gateway, KEY_GLOBEX)
+    with gateway.client() as c:
+        r = c.delete(f"/v1/users/{USER}")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tenant"] == "acme" and body["units"] == len(ACME_TURNS) and body["memories"] > 0
+    assert _everything_visible(gateway, KEY_ACME) == set()
+    with gateway.client() as c:
+        texts = " ".join(
+            i["text"]
+            for q in ("moving", "kitchen", "Leeds")
+            for i in c.post("/v1/recall", json={"user_id": USER, "query": q}).json()["items"]
+        )
+        assert texts == ""
+        assert c.get(f"/v1/users/{USER}/timeline", params={"min_level": 1}).json()["nodes"] == []
+    assert _everything_visible(gateway, KEY_GLOBEX) == globex_before  # the other tenant is untouched
+    settings = gateway.pipeline.settings
+    stones = [
+        Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic("tombstones")))
+    ]
+    assert [(s.tenant, s.user_id, s.units) for s in stones] == [("acme", USER, len(ACME_TURNS))]
+
+
+# --- schemathesis: every operation of the OpenAPI document, generated inputs ------------------------
+
+schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
+
+
+@schema.parametrize()
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+def test_openapi_contract(case: Any, gateway: Gateway) -> None:
+    """No 5xx, documented status codes, responses matching their schemas. Acceptance of every
+    schema-valid body is not required: turns are also checked for rules a JSON Schema cannot
+    state (an IANA time zone, ts within [min_ts, now + skew]) and get 422 with the reason."""
+    case.call_and_validate(
+        base_url=gateway.url, headers=_auth(KEY_GLOBEX), excluded_checks=[positive_data_acceptance]
+    )
+
+
+def test_openapi_document_is_served(gateway: Gateway) -> None:
+    spec = httpx.get(f"{gateway.url}/openapi.json").json()
+    assert {"/v1/turns", "/v1/recall", "/v1/answer", "/v1/tools", "/v1/users/{user_id}"} <= set(spec["paths"])
+    assert os.environ.get("MEMSTREAM_API_KEYS") is None  # the test's keys never leak into the runner
+    assert Path(SAMPLE).exists()
