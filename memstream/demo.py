@@ -8,6 +8,7 @@ windows have closed, prints what happened, and stops everything.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -15,16 +16,23 @@ import subprocess
 import sys
 import time
 import urllib.error
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from memstream.broker import free_port, port_open
 from memstream.datasets import read_records
 from memstream.kafka import settled
 from memstream.replay import replay
 from memstream.settings import Settings
+from schemas.events import Turn
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample.jsonl"
+
+
+DEMO_KEY = "demo-key-not-for-production"
 
 
 def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
@@ -36,12 +44,16 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
     broker_port = (
         settings.embedded_broker_port if not port_open(settings.embedded_broker_port) else free_port()
     )
-    metrics_port = free_port()
+    metrics_port, gateway_port = free_port(), free_port()
+    records = list(read_records(sample, "jsonl"))
+    first = Turn.from_bytes(records[0].value)
     env = {
         **os.environ,
         "MEMSTREAM_DATA_DIR": str(data_dir),
         "MEMSTREAM_EMBEDDED_BROKER_PORT": str(broker_port),
         "MEMSTREAM_METRICS_PORT": str(metrics_port),
+        "MEMSTREAM_GATEWAY_PORT": str(gateway_port),
+        "MEMSTREAM_API_KEYS": json.dumps({DEMO_KEY: first.tenant}),
         "MEMSTREAM_IDLE_CLOSE_S": str(idle_close_s),
         "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
         "MEMSTREAM_DURATIVE_DELAY_S": "2",
@@ -69,7 +81,6 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
     )
     try:
         _wait(lambda: _status(client) is not None, 120, "the pipeline to start", proc, log)
-        records = list(read_records(sample, "jsonl"))
         print(f"replaying {len(records)} turns from {sample}", flush=True)
         report = asyncio.run(
             replay(
@@ -99,6 +110,10 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
                 else f" by {settings.llm_model}; `memstream cost` shows the tokens."
             )
         )
+        last = max(
+            t.ts for t in map(Turn.from_bytes, (r.value for r in records)) if t.user_id == first.user_id
+        )
+        _ask(f"http://127.0.0.1:{gateway_port}", first.user_id, last)
         return 0
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -106,6 +121,17 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _ask(gateway: str, user_id: str, now: datetime) -> None:
+    """One recall through the query gateway, as an agent would ask it."""
+    query = "What has been going on with my move lately?"
+    body = {"user_id": user_id, "query": query, "now": now.replace(tzinfo=now.tzinfo or UTC).isoformat()}
+    headers = {"Authorization": f"Bearer {DEMO_KEY}"}
+    answer = httpx.post(f"{gateway}/v1/recall", json=body, headers=headers, timeout=60).json()
+    print(f"\nPOST {gateway}/v1/recall  {user_id}: {query!r}  ({answer['tokens']} tokens)")
+    for line in answer["context"].splitlines()[:8]:
+        print(f"  {line[:160]}")
 
 
 def _status(settings: Settings) -> dict[str, Any] | None:

@@ -28,7 +28,9 @@ from memstream.gateway.app import create_app
 from memstream.kafka import read_topic, settled
 from memstream.settings import Settings
 from schemas.events import Tombstone
+from tests.chat_responder import respond
 from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +60,11 @@ def _auth(key: str) -> dict[str, str]:
 
 
 class Gateway:
-    def __init__(self, pipeline: Pipeline, url: str, replica_url: str) -> None:
+    def __init__(self, pipeline: Pipeline, url: str, replica_url: str, llm: OpenAIServer) -> None:
         self.pipeline = pipeline
         self.url = url
         self.replica_url = replica_url
+        self.llm = llm
 
     def client(self, key: str | None = KEY_ACME, url: str | None = None) -> httpx.Client:
         return httpx.Client(
@@ -105,12 +108,17 @@ def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         MEMSTREAM_RATE_LIMIT_PER_S="1000",
         MEMSTREAM_RATE_LIMIT_BURST="1000",
     ).start()
-    # A second replica: stateless, so it serves the same data; its rate limit is tight.
+    # A second replica: stateless, so it serves the same data; its rate limit is tight, and it
+    # answers with a chat model (the OpenAI-compatible test server).
+    llm = OpenAIServer().__enter__()
+    llm.chat_responder = respond
     replica_env = {
         **pipeline.env,
         "MEMSTREAM_WORKERS": "2",
         "MEMSTREAM_RATE_LIMIT_PER_S": "1",
         "MEMSTREAM_RATE_LIMIT_BURST": "3",
+        "MEMSTREAM_LLM_BASE_URL": llm.base_url,
+        "MEMSTREAM_LLM_MODEL": "test-model",
     }
     replica = subprocess.Popen(
         [sys.executable, "-m", "memstream.cli", "gateway", "--port", str(replica_port)],
@@ -118,7 +126,7 @@ def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         stdout=(tmp / "replica.log").open("ab"),
         stderr=subprocess.STDOUT,
     )
-    gw = Gateway(pipeline, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{replica_port}")
+    gw = Gateway(pipeline, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{replica_port}", llm)
 
     def ready(url: str) -> bool:
         try:
@@ -133,6 +141,7 @@ def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         replica.send_signal(signal.SIGTERM)
         replica.wait(timeout=30)
         pipeline.stop()
+        llm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +214,21 @@ def test_answer_without_a_model_says_so_and_returns_the_context(
     assert body["answer"] is None and body["answered_by"] is None
     assert "no model answered" in body["note"]
     assert body["recall"]["context"]
+
+
+def test_answer_with_a_model_reasons_over_the_dated_context(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    with gateway.client(KEY_GLOBEX, url=gateway.replica_url) as c:
+        r = c.post("/v1/answer", json={"user_id": USER, "query": "What did I do at work?"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answered_by"] == "test-model" and body["answer"].startswith("From memory:")
+    path, request = gateway.llm.requests[-1]
+    assert path.endswith("/chat/completions")
+    prompt = request["messages"][-1]["content"]
+    assert body["recall"]["context"] in prompt  # the dated context, fenced as data
+    assert "<data>" in prompt and "What did I do at work?" in prompt
 
 
 def test_tools_are_listed_as_openai_schemas_and_run(gateway: Gateway, ingested: dict[str, Any]) -> None:

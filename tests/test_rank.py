@@ -10,20 +10,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memstream.recall.rank import (
-    BUDGETS,
+    LAMBDA,
     LEVEL_DECAY,
     Item,
-    activate,
+    Scored,
+    ancestor_ids,
     bm25_scores,
-    gate,
     keep_valid,
     leaf_scores,
     order,
     plan_complexity,
-    propagate,
     render_context,
-    temporal_rerank,
+    select,
+    smooth_neighbours,
     tokens,
+    top,
 )
 
 T0 = datetime(2023, 5, 8, 12, 0, tzinfo=UTC)
@@ -51,6 +52,7 @@ def item(
     parent: str | None = None,
     current: bool = True,
     dense: float = 0.0,
+    session: str | None = None,
 ) -> Item:
     return Item(
         id=id,
@@ -64,6 +66,7 @@ def item(
         parent_id=parent,
         current=current,
         dense=dense,
+        session_id=session,
     )
 
 
@@ -115,24 +118,51 @@ def test_leaf_scores_mix_dense_and_sparse() -> None:
     assert leaf_scores(items, "violin", lam=1.0) == [0.3, 0.6]
     assert leaf_scores(items, "violin", lam=0.0) == [1.0, 0.0]
     mixed = leaf_scores(items, "violin")
-    assert mixed == pytest.approx([0.9 * 0.3 + 0.1, 0.9 * 0.6])
+    assert mixed == pytest.approx([LAMBDA * 0.3 + (1 - LAMBDA), LAMBDA * 0.6])
 
 
-def test_activate_keeps_top_leaves_only() -> None:
-    leaves = [item(f"u{n:02}", dense=n / 100) for n in range(30)]
-    session = item("s", "session", dense=1.0)
-    top = activate([*leaves, session], "anything", "simple")
-    assert len(top) == BUDGETS["simple"][1] == 20
-    assert [i.id for i, _ in top] == [f"u{n:02}" for n in range(29, 9, -1)]
-    assert all(i.level == 1 for i, _ in top)
+def test_bm25_counts_stop_words_in_neither_terms_nor_length() -> None:
+    # "the" is a stop word: the two docs have the same length for BM25, so the same score.
+    assert bm25_scores("the violin", ["violin", "the the the violin"]) == [1.0, 1.0]
+    assert bm25_scores("violin", ["violin", "violin lesson today"])[1] < 1.0  # longer, same tf
 
 
-def test_activate_breaks_ties_by_id() -> None:
-    top = activate([item("b", dense=0.5), item("a", dense=0.5)], "q", "complex")
-    assert [i.id for i, _ in top] == ["a", "b"]
+def test_top_keeps_the_best_and_breaks_ties_by_id() -> None:
+    scored = [(item(f"u{n:02}"), n / 100) for n in range(30)]
+    assert [i.id for i, _ in top(scored, 3)] == ["u29", "u28", "u27"]
+    assert [i.id for i, _ in top([(item("b"), 0.5), (item("a"), 0.5)], 5)] == ["a", "b"]
 
 
-# --- propagate -------------------------------------------------------------------------------------------
+# --- smooth_neighbours ----------------------------------------------------------------------------------
+
+
+def test_smoothing_lifts_the_turn_next_to_a_strong_one() -> None:
+    minute = timedelta(minutes=1)
+    question = item("q", start=T0, session="s1")  # "What pet do you have?"
+    answer = item("a", start=T0 + minute, session="s1")  # "Two cats, Luna and Oliver"
+    later = item("l", start=T0 + 2 * minute, session="s1")
+    elsewhere = item("e", start=T0 + minute, session="s2")
+    episode = item("ep", "episode", start=T0)  # no session: unchanged
+    out = dict(
+        (i.id, s)
+        for i, s in smooth_neighbours(
+            [(later, 0.1), (answer, 0.2), (question, 0.8), (elsewhere, 0.3), (episode, 0.5)], weight=0.5
+        )
+    )
+    assert out["a"] == pytest.approx(0.2 + 0.5 * 0.8)  # the better neighbour, from the input scores
+    assert out["q"] == pytest.approx(0.8 + 0.5 * 0.2)
+    assert out["l"] == pytest.approx(0.1 + 0.5 * 0.2)  # its only neighbour is the answer, not the question
+    assert out["e"] == 0.3 and out["ep"] == 0.5  # alone in its session; no session
+    assert smooth_neighbours([]) == []
+
+
+def test_smoothing_keeps_order_and_items() -> None:
+    scored = [(item(f"u{n}", start=T0 + timedelta(minutes=n), session="s"), n / 10) for n in range(5)]
+    out = smooth_neighbours(scored, weight=0.0)
+    assert out == scored
+
+
+# --- ancestor_ids / select ----------------------------------------------------------------------------
 
 
 def tree() -> dict[str, Item]:
@@ -151,58 +181,88 @@ def tree() -> dict[str, Item]:
     return {n.id: n for n in nodes}
 
 
-def test_propagate_decays_per_level_and_takes_the_max() -> None:
+def test_ancestor_ids_walk_up_and_survive_missing_parents_and_cycles() -> None:
     by_id = tree()
-    activated = [(by_id["u1"], 1.0), (by_id["u2"], 0.5)]
-    scores = {i.id: s for i, s in propagate(activated, by_id, "complex")}
-    assert scores["u1"] == 1.0 and scores["u2"] == 0.5
-    assert scores["s1"] == pytest.approx(LEVEL_DECAY)
-    assert scores["s2"] == pytest.approx(0.5 * LEVEL_DECAY)
-    assert scores["d"] == pytest.approx(LEVEL_DECAY**2)  # the max over its descendants, from u1
-    assert scores["w"] == pytest.approx(LEVEL_DECAY**3)
-    assert scores["p"] == pytest.approx(LEVEL_DECAY**4)
-    assert "s3" not in scores  # not above an activated leaf
-
-
-def test_propagate_respects_per_level_budgets() -> None:
-    by_id = tree()
-    activated = [(by_id["u1"], 0.9), (by_id["u2"], 0.8), (by_id["u3"], 0.7)]
-    simple = [i.id for i, _ in propagate(activated, by_id, "simple")]
-    # simple: L2 4, no L3 / L4, L5 1 -- the walk still passes through day and week to the profile
-    assert simple == ["u1", "u2", "u3", "s1", "s2", "s3", "p"]
-    hybrid = [i.id for i, _ in propagate(activated, by_id, "hybrid")]
-    assert hybrid == ["u1", "u2", "u3", "s1", "s2", "s3", "d", "p"]
-
-    many = {f"s{n}": item(f"s{n}", "session") for n in range(10)}
-    leaves = [(item(f"u{n}", parent=f"s{n}"), 1 - n / 10) for n in range(10)]
-    kept = propagate(leaves, many, "complex")
-    sessions = [i.id for i, _ in kept if i.kind == "session"]
-    assert sessions == [f"s{n}" for n in range(BUDGETS["complex"][2])]  # the 8 best
-
-
-def test_propagate_survives_missing_parents_and_cycles() -> None:
+    assert ancestor_ids(by_id["u1"], by_id) == ["s1", "d", "w", "p"]
+    assert ancestor_ids(item("o", parent="gone"), by_id) == []
     a = item("a", "session", parent="b")
     b = item("b", "day", parent="a")
-    leaf = item("u", parent="a")
-    orphan = item("o", parent="gone")
-    out = propagate([(leaf, 1.0), (orphan, 0.5)], {"a": a, "b": b}, "complex")
-    assert [i.id for i, _ in out] == ["u", "o", "a", "b"]
+    assert ancestor_ids(item("u", parent="a"), {"a": a, "b": b}) == ["a", "b"]
 
 
-# --- temporal_rerank / keep_valid ------------------------------------------------------------------------
+def sized(id: str, kind: str = "unit", size: int = 10, **kw: object) -> Item:
+    """An item of ``size`` tokens."""
+    return item(id, kind, "x" * (4 * size), **kw)  # type: ignore[arg-type]
 
 
-def test_rerank_puts_in_interval_items_first_then_score_then_closeness() -> None:
-    inside_ids = {"in_low", "in_far", "in_near"}
-    days = {"out_high": 0.0, "in_low": 0.0, "in_far": 5.0, "in_near": 1.0}
-    scored = [
-        (item("out_high"), 0.9),
-        (item("in_low"), 0.2),
-        (item("in_far"), 0.5),
-        (item("in_near"), 0.5),
-    ]
-    out = temporal_rerank(scored, lambda i: i.id in inside_ids, lambda i: days[i.id])
-    assert [i.id for i, _ in out] == ["in_near", "in_far", "in_low", "out_high"]
+def ids(scored: list[Scored]) -> list[str]:
+    return [i.id for i, _ in scored]
+
+
+def test_select_takes_leaves_in_score_order_when_no_node_is_worth_more() -> None:
+    session = sized("s", "session", 50)
+    leaves = [(sized(f"u{n}", parent="s"), 1.0 - n / 10) for n in range(4)]
+    out = select(leaves, {"s": session}, budget_tokens=30, activated=3)
+    # u0..u2 gain 0.3, 0.2, 0.1 over u3 (the best leaf left out); the session (50 tokens) would stand for
+    # what does not fit, but does not fit itself.
+    assert ids(out) == ["u0", "u1", "u2"]
+
+
+def test_select_prefers_a_summary_of_many_relevant_leaves_that_do_not_fit() -> None:
+    # Ten relevant units in session s (10 tokens each), a budget of 40 tokens: the session (20 tokens)
+    # stands for the six that cannot fit, worth more than the two leaves its tokens would buy.
+    session = sized("s", "session", 20)
+    relevant = [(sized(f"u{n}", parent="s"), 0.9 - n / 100) for n in range(10)]
+    noise = [(sized(f"n{n}"), 0.1) for n in range(5)]
+    out = select([*relevant, *noise], {"s": session}, budget_tokens=40, activated=10)
+    assert "s" in ids(out)
+    assert sum(tokens(i.text) for i, _ in out) <= 40
+    assert ids(out)[0] == "s" and ids(out)[1:] == ["u0", "u1"]
+    score = dict((i.id, s) for i, s in out)["s"]
+    assert score == pytest.approx(0.9 * LEVEL_DECAY)  # the best activated leaf below it, one level up
+
+
+def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None:
+    by_id = tree()
+    by_id = {k: Item(**{**v.__dict__, "text": "x" * 40}) for k, v in by_id.items()}  # 10 tokens each
+    leaves = [(sized("u1", parent="s1", size=30), 0.9), (sized("u2", parent="s2", size=30), 0.8)]
+    leaves += [(sized(f"n{n}", size=5), 0.1) for n in range(3)]
+    out = select(leaves, by_id, budget_tokens=25, activated=2)
+    # The units (30 tokens) cannot fit. The day, week and profile each stand for both (gains 0.8 and 0.7
+    # over the best leaf left out) at 10 tokens; the smallest id wins the tie. Once it is kept no other node
+    # stands for anything, and the small leaves fill the rest.
+    assert ids(out) == ["d", "n0", "n1", "n2"]
+
+
+def test_select_puts_items_inside_the_asked_time_first() -> None:
+    leaves = [(sized("out"), 0.9), (sized("in1"), 0.2), (sized("in2"), 0.1)]
+    out = select(leaves, {}, budget_tokens=20, inside=lambda i: i.id.startswith("in"))
+    assert ids(out) == ["in1", "in2"]
+
+
+def test_select_restricts_levels() -> None:
+    session = sized("s", "session", 5)
+    leaves = [(sized(f"u{n}", parent="s"), 1.0 - n / 10) for n in range(4)]
+    assert ids(select(leaves, {"s": session}, 100, levels={1})) == ["u0", "u1", "u2", "u3"]
+    assert ids(select(leaves, {"s": session}, 100, levels={2})) == ["s"]
+    assert select(leaves, {"s": session}, 100, levels={3}) == []
+
+
+def test_select_fills_a_large_budget_with_every_leaf_then_the_activated_leaves_ancestors() -> None:
+    by_id = tree()
+    leaves = [(by_id["u1"], 0.9), (by_id["u2"], 0.5)]
+    out = select(leaves, by_id, budget_tokens=1000, activated=1)
+    assert ids(out)[:2] == ["u1", "u2"]
+    assert set(ids(out)[2:]) == {"s1", "d", "w", "p"}  # above u1 only: u2 is not activated
+    assert ids(out)[2] == "s1"  # closest to the leaf first
+
+
+def test_select_ignores_tree_nodes_passed_as_leaves_and_is_deterministic() -> None:
+    leaves = [(sized("b"), 0.5), (sized("a"), 0.5), (sized("s", "session"), 1.0)]
+    assert ids(select(leaves, {}, 100)) == ["a", "b"]
+
+
+# --- keep_valid ------------------------------------------------------------------------------------------
 
 
 def test_keep_valid_drops_superseded_facts_except_for_change_questions() -> None:
@@ -220,35 +280,6 @@ def test_keep_valid_drops_superseded_facts_except_for_change_questions() -> None
     both = [(lisbon_current, 0.9), (porto, 0.8)]
     assert [i.id for i, _ in keep_valid(both, False, may + timedelta(days=3))] == ["lisbon"]
     assert [i.id for i, _ in keep_valid(both, False, june)] == ["porto"]  # end is exclusive
-
-
-# --- gate ------------------------------------------------------------------------------------------------
-
-
-def test_gate_drops_units_covered_by_a_kept_episode() -> None:
-    episode = item("e", "episode", "e" * 8, turns=("t1", "t2"))
-    covered = item("u1", "unit", "u" * 8, turns=("t1",))
-    partly = item("u2", "unit", "u" * 8, turns=("t2", "t3"))
-    fact = item("f", "fact", "f" * 8, turns=("t3",))
-    later = item("u3", "unit", "u" * 8, turns=("t3",))  # a fact does not make a unit redundant
-    out = gate([(episode, 1.0), (covered, 0.9), (partly, 0.8), (fact, 0.7), (later, 0.6)], 100)
-    assert [i.id for i, _ in out] == ["e", "u2", "f", "u3"]
-
-
-def test_gate_covers_only_with_kept_items() -> None:
-    big = item("s", "session", "s" * 400, turns=("t1",))
-    unit = item("u", "unit", "u" * 4, turns=("t1",))
-    assert [i.id for i, _ in gate([(big, 1.0), (unit, 0.5)], 10)] == ["u"]
-
-
-def test_gate_respects_the_budget_exactly_and_skips_what_does_not_fit() -> None:
-    a = item("a", text="a" * 20)  # 5 tokens
-    b = item("b", text="b" * 21)  # 6 tokens
-    c = item("c", text="c" * 17)  # 5 tokens
-    assert tokens(a.text) == 5 and tokens(b.text) == 6 and tokens(c.text) == 5
-    assert [i.id for i, _ in gate([(a, 1.0), (b, 0.9), (c, 0.8)], 10)] == ["a", "c"]
-    assert [i.id for i, _ in gate([(a, 1.0), (b, 0.9), (c, 0.8)], 11)] == ["a", "b"]
-    assert gate([(a, 1.0)], 4) == []
 
 
 # --- order / render --------------------------------------------------------------------------------------
@@ -316,21 +347,26 @@ def scored_items(draw: st.DrawFn) -> list[tuple[Item, float]]:
     return out
 
 
-@given(scored_items(), st.integers(-5, 120))
-def test_gate_never_exceeds_the_budget_and_keeps_input_order(
-    scored: list[tuple[Item, float]], budget: int
+@given(scored_items(), st.integers(-5, 120), st.integers(0, 12))
+def test_select_never_exceeds_the_budget_and_returns_each_item_once(
+    scored: list[tuple[Item, float]], budget: int, activated: int
 ) -> None:
-    out = gate(scored, budget)
+    leaves = [p for p in scored if p[0].level == 1]
+    nodes = {i.id: i for i, _ in scored if i.level > 1}
+    # Link every leaf to some node, and nodes into a chain, so propagation has something to do.
+    node_ids = sorted(nodes)
+    nodes = {
+        n: Item(**{**nodes[n].__dict__, "parent_id": node_ids[k + 1] if k + 1 < len(node_ids) else None})
+        for k, n in enumerate(node_ids)
+    }
+    linked = [
+        (Item(**{**i.__dict__, "parent_id": node_ids[k % len(node_ids)] if node_ids else None}), s)
+        for k, (i, s) in enumerate(leaves)
+    ]
+    out = select(linked, nodes, budget, activated=activated)
     assert sum(tokens(i.text) for i, _ in out) <= max(budget, 0)
-    it = iter(scored)
-    assert all(any(p is q for q in it) for p in out)  # a subsequence of the input
-
-
-@given(scored_items(), st.integers(0, 2**32 - 1))
-def test_temporal_rerank_is_a_permutation(scored: list[tuple[Item, float]], seed: int) -> None:
-    out = temporal_rerank(scored, lambda i: hash((i.id, seed)) % 2 == 0, lambda i: float(len(i.text)))
-    assert sorted(map(id, out)) == sorted(map(id, scored))
-    assert temporal_rerank(out, lambda i: hash((i.id, seed)) % 2 == 0, lambda i: float(len(i.text))) == out
+    assert len({i.id for i, _ in out}) == len(out)
+    assert {i.id for i, _ in out} <= {i.id for i, _ in linked} | set(nodes)
 
 
 def test_order_puts_the_closest_in_time_first_within_a_level() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -11,7 +13,7 @@ from consumers import build_consolidation
 from consumers.memories import memories_spec
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
-from memstream.recall.engine import Recalled, recall
+from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
 from memstream.recall.time_intent import contains, distance
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
@@ -80,3 +82,63 @@ def test_more_budget_never_returns_less(store: VectorStore) -> None:
     large = ask(store, "what do I like", budget=2000)
     assert len(large.items) >= len(small.items)
     assert sum(rank.tokens(i.text) for i, _ in small.items) <= 100
+
+
+def test_levels_restrict_what_is_returned_and_get_the_whole_budget(store: VectorStore) -> None:
+    query = "Summarise how my last months went and why"
+    everything = ask(store, query, budget=1500)
+    leaves = recall(
+        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=[1]
+    )
+    nodes = recall(
+        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=(2, 3)
+    )
+    assert leaves.items and {i.level for i, _ in leaves.items} == {1}
+    assert len(leaves.items) >= sum(i.level == 1 for i, _ in everything.items)
+    assert nodes.items and {i.level for i, _ in nodes.items} <= {2, 3}
+    assert sum(rank.tokens(i.text) for i, _ in nodes.items) <= 1500
+
+
+def test_summaries_do_not_displace_the_best_leaves(store: VectorStore) -> None:
+    """Summaries join the best leaves rather than replace them: no unit is gated out because a node above
+    it was kept."""
+    query = "What did I say about running?"
+    leaves_only = recall(
+        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=600, levels=[1]
+    )
+    mixed = ask(store, query, budget=600)
+    best = [i.id for i, _ in rank.top(leaves_only.items, 3)]
+    assert set(best) <= {i.id for i, _ in mixed.items}
+
+
+class CountingStore:
+    """A store that counts the calls recall makes (its round trips)."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls[name] += 1
+        return getattr(self.inner, name)
+
+
+def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> None:
+    counting = CountingStore(store)
+    result = recall(
+        cast(VectorStore, counting),
+        HashingEmbedder(384),
+        user_key=USER,
+        query="How has my running changed over the last months and why?",
+        now=_now(),
+        budget_tokens=2000,
+    )
+    assert result.items
+    assert counting.calls["search_many"] == 2  # units; episodes, facts and sessions in one batch
+    assert counting.calls["scroll"] <= MAX_SESSION_LOOKUPS
+    assert counting.calls["retrieve"] <= 4  # one per tree level above the sessions
+    assert set(counting.calls) <= {"search_many", "scroll", "retrieve"}
+
+
+def _now() -> datetime:
+    return NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)

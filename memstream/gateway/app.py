@@ -149,6 +149,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Long-term memory for agents: ingest turns, recall time-aware hierarchical memory, "
         "answer with dates, agent tools, live updates. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
+        max_body_size=settings.max_request_bytes,  # 413, chunked bodies included
         responses={
             400: {"model": Problem, "description": "the body is not JSON"},
             401: {"model": Problem, "description": "missing or unknown API key"},
@@ -161,9 +162,6 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > settings.max_request_bytes):
-            return JSONResponse({"detail": "request body too large"}, status_code=413)
         t0 = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
@@ -399,6 +397,7 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
         now=body.now or datetime.now(UTC),
         budget_tokens=body.budget_tokens,
         zone=svc.settings.zone,
+        levels=body.levels,
     )
     items = [
         RecallItem(
@@ -414,15 +413,10 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
             source_turn_ids=list(item.source_turn_ids),
         )
         for item, score in result.items
-        if body.levels is None or item.level in body.levels
     ]
     return RecallResponse(
         items=items,
-        context=result.context
-        if body.levels is None
-        else rank.render_context(
-            [(i, s) for i, s in result.items if i.level in body.levels], svc.settings.zone
-        ),
+        context=result.context,
         tokens=sum(rank.tokens(i.text) for i in items),
         complexity=result.complexity,
         time_intent=[(iv.start, iv.end) for iv in result.intent.intervals],

@@ -1,18 +1,24 @@
 """Recall over one user's store: the thin shell around the pure steps of ``time_intent`` and ``rank``.
 
 1. time intent (TSM) and complexity plan (TiMem);
-2. leaf candidates: the user's units, episodes and current facts nearest the query (dense), scored
-   λ·cosine + (1-λ)·BM25 and cut to the plan's leaf budget;
-3. hierarchical propagation: each leaf's ancestors (a unit's session is the node listing it as a
-   child; sessions, days, weeks and profiles follow ``parent_id``), within per-level budgets;
+2. leaf candidates, in two batched searches: the user's units, episodes and facts nearest the query, and
+   the user's session nodes nearest it (their ``children`` name their units, so most units find their
+   session without a lookup of their own); leaves scored λ·cosine + (1-λ)·BM25, a unit then gaining from
+   its neighbours in the dialogue (``rank.smooth_neighbours``);
+3. the activated leaves' ancestors: a unit's session, then days, weeks and profiles up ``parent_id``, one
+   batched read per level;
 4. facts valid at the asked time (superseded ones only for questions about change);
-5. temporal rerank, gating to ``budget_tokens``, ordering, and a rendered context with dates.
+5. selection within ``budget_tokens`` (``rank.select``: leaves and the tree nodes that stand for relevant
+   leaves the budget cannot hold, inside the asked time first), ordering, and a rendered context with dates.
+
+Store round trips per call: two searches, at most ``MAX_SESSION_LOOKUPS`` session lookups for activated units
+whose session was not among the nearest sessions, and one read per tree level above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,7 +34,10 @@ from memstream.store.base import Filter, SearchQuery, VectorStore
 from memstream.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.memory import Memory, MemoryKind
 
-CANDIDATES = 40  # nearest candidates fetched per kind before BM25 and the leaf budget
+UNIT_CANDIDATES = 300  # nearest units fetched: BM25 and the neighbour smoothing rerank within them
+CANDIDATES = 40  # nearest episodes, and facts, fetched
+SESSION_CANDIDATES = 64  # nearest session nodes fetched, for their children lists
+MAX_SESSION_LOOKUPS = 8  # activated units whose session is looked up by its children when not fetched
 LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
 
 
@@ -49,94 +58,105 @@ def recall(
     now: datetime,
     budget_tokens: int = 1000,
     zone: ZoneInfo | None = None,
+    levels: Sequence[int] | None = None,
 ) -> Recalled:
+    """The user's memories for ``query`` asked at ``now``, within ``budget_tokens`` (characters / 4).
+
+    ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
+    personas) are returned, and they get the whole budget; None = every level."""
     zone = zone or ZoneInfo("UTC")
     now = now if now.tzinfo else now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
     complexity = rank.plan_complexity(query, bool(intent.intervals))
     vector = embedder.embed([query])[0]
 
-    leaves = _candidates(store, vector, user_key)
-    activated = rank.activate(leaves, query, complexity)
-    by_id = _ancestors(store, user_key, [item for item, _ in activated])
-    linked = [(_with_parent(item, by_id), score) for item, score in activated]
-    scored = rank.propagate(linked, by_id, complexity)
-
+    leaves, sessions = _candidates(store, vector, user_key)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
-    # ended, so no point-in-time filter here: the temporal rerank orders by the asked interval.
-    scored = rank.keep_valid(scored, intent.asks_change, None)
+    # ended, so no point-in-time filter here: the selection puts the asked interval first.
+    scored = rank.keep_valid(
+        list(zip(leaves, rank.leaf_scores(leaves, query), strict=True)), intent.asks_change, None
+    )
+    scored = rank.smooth_neighbours(scored)
+    activated = {item.id for item, _ in rank.top(scored, rank.ACTIVATED)}
+    by_id, session_of = _ancestors(store, user_key, [i for i, _ in scored if i.id in activated], sessions)
+    linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
 
     def closeness(item: rank.Item) -> float:
         return distance(intent, item.start, item.end)
 
-    scored = rank.temporal_rerank(
-        scored, inside=lambda i: contains(intent, i.start, i.end), distance=closeness
-    )
-    kept = rank.gate(scored, budget_tokens)
-    # TiMem's leaf budget caps activation, not the context: budget left over goes to the next-best
-    # leaves (raw evidence beats a summary's paraphrase when there is room for both).
-    spare = budget_tokens - sum(rank.tokens(i.text) for i, _ in kept)
-    chosen = {i.id for i, _ in kept}
-    ranked_leaves = rank.temporal_rerank(
-        list(zip(leaves, rank.leaf_scores(leaves, query), strict=True)),
+    selected = rank.select(
+        linked,
+        by_id,
+        budget_tokens,
         inside=lambda i: contains(intent, i.start, i.end),
-        distance=closeness,
+        levels=None if levels is None else frozenset(levels),
     )
-    for item, score in rank.keep_valid(ranked_leaves, intent.asks_change, None):
-        cost = rank.tokens(item.text)
-        if item.id not in chosen and cost <= spare:
-            kept.append((item, score))
-            chosen.add(item.id)
-            spare -= cost
-    selected = rank.order(kept, closeness)
-    return Recalled(selected, rank.render_context(selected, zone), intent, complexity)
+    ordered = rank.order(selected, closeness)
+    return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
 
 
-def _candidates(store: VectorStore, vector: npt.NDArray[np.float32], user_key: str) -> list[rank.Item]:
-    queries = [SearchQuery(vector, CANDIDATES, Filter(equals={USER_FIELD: user_key}))]
-    queries += [
-        SearchQuery(vector, CANDIDATES, Filter(equals={USER_FIELD: user_key, KIND_FIELD: k.value}))
-        for k in LEAF_KINDS
-    ]
-    units_hits = store.search_many(UNITS, queries[:1])[0]
-    memory_hits = store.search_many(MEMORIES, queries[1:])
-    items = [_unit_item(h.payload, h.score) for h in units_hits]
-    items += [item_of(memory_from_payload(h.payload), h.score) for hits in memory_hits for h in hits]
-    return items
+def _candidates(
+    store: VectorStore, vector: npt.NDArray[np.float32], user_key: str
+) -> tuple[list[rank.Item], list[rank.Item]]:
+    """The leaves nearest the query (units, episodes, facts) and the session nodes nearest it."""
+    mine = Filter(equals={USER_FIELD: user_key})
+    units_hits = store.search_many(UNITS, [SearchQuery(vector, UNIT_CANDIDATES, mine)])[0]
+    kinds = [*LEAF_KINDS, MemoryKind.SESSION]
+    limits = [*(CANDIDATES for _ in LEAF_KINDS), SESSION_CANDIDATES]
+    memory_hits = store.search_many(
+        MEMORIES,
+        [
+            SearchQuery(vector, limit, Filter(equals={USER_FIELD: user_key, KIND_FIELD: k.value}))
+            for k, limit in zip(kinds, limits, strict=True)
+        ],
+    )
+    leaves = [_unit_item(h.payload, h.score) for h in units_hits]
+    leaves += [item_of(memory_from_payload(h.payload), h.score) for hits in memory_hits[:-1] for h in hits]
+    sessions = [item_of(memory_from_payload(h.payload), h.score) for h in memory_hits[-1]]
+    return leaves, sessions
 
 
-def _ancestors(store: VectorStore, user_key: str, leaves: Sequence[rank.Item]) -> dict[str, rank.Item]:
-    """Every tree node above the leaves, by id: a unit's session by its ``children``, then up the
-    ``parent_id`` chain; a fact's episode by its ``parent_id``."""
+def _ancestors(
+    store: VectorStore, user_key: str, leaves: Collection[rank.Item], sessions: Sequence[rank.Item]
+) -> tuple[dict[str, rank.Item], dict[str, str]]:
+    """Every tree node above the leaves, by id, and each unit's session id: a unit's session is the node
+    listing it among its ``children`` (from ``sessions``, else looked up for the first
+    ``MAX_SESSION_LOOKUPS`` such units), then up the ``parent_id`` chain; a fact's episode by its
+    ``parent_id``."""
     by_id: dict[str, rank.Item] = {}
+    session_of = {child: s.id for s in sessions for child in s.children}
+    units = [leaf for leaf in leaves if leaf.kind == "unit"]
+    for leaf in [u for u in units if u.id not in session_of][:MAX_SESSION_LOOKUPS]:
+        hits, _ = store.scroll(MEMORIES, Filter(equals={USER_FIELD: user_key, "children": leaf.id}), 4)
+        for h in hits:
+            node = item_of(memory_from_payload(h.payload), 0.0)
+            sessions = [*sessions, node]
+            session_of.setdefault(leaf.id, node.id)
+    fetched = {s.id: s for s in sessions}
     frontier: set[str] = set()
     for leaf in leaves:
-        if leaf.kind == "unit":
-            hits, _ = store.scroll(MEMORIES, Filter(equals={USER_FIELD: user_key, "children": leaf.id}), 4)
-            for h in hits:
-                node = item_of(memory_from_payload(h.payload), 0.0)
-                by_id[node.id] = node
-                frontier.add(node.parent_id or "")
+        if leaf.kind == "unit" and leaf.id in session_of:
+            session = fetched[session_of[leaf.id]]
+            by_id[session.id] = session
+            frontier.add(session.parent_id or "")
         elif leaf.parent_id:
             frontier.add(leaf.parent_id)
     frontier.discard("")
+    frontier -= by_id.keys()
     while frontier:
         found = [
             item_of(memory_from_payload(h.payload), 0.0) for h in store.retrieve(MEMORIES, sorted(frontier))
         ]
         by_id.update((n.id, n) for n in found)
         frontier = {n.parent_id for n in found if n.parent_id and n.parent_id not in by_id}
-    return by_id
+    return by_id, session_of
 
 
-def _with_parent(item: rank.Item, by_id: dict[str, rank.Item]) -> rank.Item:
+def _with_parent(item: rank.Item, session_of: dict[str, str]) -> rank.Item:
     """A unit's parent is the session node that lists it (units carry no link themselves)."""
-    if item.kind != "unit":
+    if item.kind != "unit" or item.id not in session_of:
         return item
-    session = next((n for n in by_id.values() if item.id in n.children), None)
-    if session is None:
-        return item
-    return rank.Item(**{**item.__dict__, "parent_id": session.id})
+    return replace(item, parent_id=session_of[item.id])
 
 
 def _unit_item(payload: dict[str, Any], score: float) -> rank.Item:
@@ -151,6 +171,7 @@ def _unit_item(payload: dict[str, Any], score: float) -> rank.Item:
         recorded_at=unit.ts,
         source_turn_ids=(unit.turn_id,),
         dense=score,
+        session_id=unit.session_id,
     )
 
 

@@ -1,25 +1,34 @@
-"""The pure core of hierarchical recall: TiMem's leaf activation and tree propagation, TSM's rerank.
+"""The pure core of hierarchical recall: TiMem's leaf scoring and tree propagation, TSM's time-first order.
 
 Everything here works on plain :class:`Item`s (no store, no embedder, no clock), so recall's ranking
 is deterministic and unit-testable. The intended pipeline, for one query:
 
-    complexity = plan_complexity(query, has_time_intent)
-    leaves     = activate(items, query, complexity)             # top-k level-1 memories
-    scored     = propagate(leaves, by_id, complexity)           # + their ancestors, per-level budgets
-    scored     = keep_valid(scored, asks_change, at)            # bi-temporal validity of facts
-    scored     = temporal_rerank(scored, inside, distance)      # in the query's interval first
-    context    = render_context(order(gate(scored, budget_tokens)), zone)
+    leaves   = keep_valid(zip(items, leaf_scores(items, query)), asks_change, at)  # units, episodes, facts
+    leaves   = smooth_neighbours(leaves)                     # a turn next to a strong one gains
+    selected = select(leaves, by_id, budget_tokens, inside)  # leaves + tree nodes, the asked time first
+    context  = render_context(order(selected, closeness), zone)
 
-Parameters follow ``DESIGN.md`` ("Parameters from the papers"): leaf score λ·cosine + (1−λ)·BM25 with
-λ = 0.9, 20 leaves, and TiMem's per-level budgets for simple / hybrid / complex questions.
+``select`` is where TiMem's propagation happens: the top ``ACTIVATED`` leaves are the activated set, each with
+a gain (its score above the first leaf left out); a tree node (session, day, week, profile) is worth the
+gains of the activated leaves below it that the context does not hold yet. Leaves and nodes then compete
+for the token budget on one scale, gain per token, so a summary enters when it stands for more relevant
+material than the raw leaves its tokens would buy, and no leaf is dropped because a node above it was kept.
+
+Parameters follow ``DESIGN.md`` ("Parameters from the papers") where they transfer: the leaf score is
+λ·cosine + (1−λ)·BM25, with λ 0.7 rather than the paper's 0.9 (see ``LAMBDA``), and the activated set is
+wider than TiMem's 20 leaves (see ``ACTIVATED``). TiMem's per-level budgets (how many sessions, days, weeks,
+profiles a simple / hybrid / complex question may keep) are not applied: under a token budget the gain per
+token decides how much of each level enters, and on LoCoMo dev the per-level caps cost most on multi-hop
+questions, which ``plan_complexity`` reads as simple ("What books has Melanie read?"). ``plan_complexity``
+is still part of recall's result.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Literal
@@ -27,16 +36,18 @@ from zoneinfo import ZoneInfo
 
 Complexity = Literal["simple", "hybrid", "complex"]
 
-# TiMem per-level budgets (level -> how many memories of that level recall may keep).
-BUDGETS: dict[Complexity, dict[int, int]] = {
-    "simple": {1: 20, 2: 4, 5: 1},
-    "hybrid": {1: 20, 2: 4, 3: 2, 5: 1},
-    "complex": {1: 20, 2: 8, 3: 4, 4: 2, 5: 1},
-}
-LAMBDA = 0.9  # weight of the dense cosine in a leaf's score (TiMem)
-LEVEL_DECAY = 0.9  # an ancestor n levels above a leaf scores leaf_score * LEVEL_DECAY**n
+# Weight of the dense cosine in a leaf's score. TiMem uses 0.9 with Qwen3 embeddings; with MiniLM the cosines
+# of relevant and unrelated turns of one user differ by a few hundredths while BM25 (normalised by its max)
+# spans [0, 1], so at 0.9 the lexical channel hardly moves the order. 0.7 is better on LoCoMo dev at every
+# budget (bench/RESULTS.md); the flat baseline of ``memstream eval`` keeps 0.9.
+LAMBDA = 0.7
+# Share of the better neighbour's score a unit gains (``smooth_neighbours``).
+NEIGHBOUR_WEIGHT = 0.3
+# How many leaves are activated: their gains are what tree nodes stand for. Wider than TiMem's 20 because a
+# node is only useful for relevant leaves the budget cannot hold, and at 1,000 tokens about 20 leaves fit.
+ACTIVATED = 60
+LEVEL_DECAY = 0.9  # a node n levels above a leaf reports leaf_score * LEVEL_DECAY**n (presentation only)
 LEAF_LEVEL = 1
-COVERING_KINDS = frozenset({"episode", "session", "day", "week", "profile", "topic", "persona"})
 CHARS_PER_TOKEN = 4
 
 # A small English stop-word list: enough to stop "what/did/the" from dominating BM25 on short questions.
@@ -83,6 +94,7 @@ class Item:
     children: tuple[str, ...] = ()
     current: bool = True  # False: a superseded fact, kept for history
     dense: float = 0.0  # cosine to the query, filled by the caller
+    session_id: str | None = None  # units: the dialogue session they were said in
 
 
 Scored = tuple[Item, float]
@@ -103,23 +115,27 @@ def tokenize(text: str) -> list[str]:
 
 
 def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
-    """Okapi BM25 of ``query`` against each of ``docs`` (the corpus), normalised to [0, 1] by the max."""
-    tokenized = [tokenize(d) for d in docs]
+    """Okapi BM25 of ``query`` against each of ``docs`` (the corpus), normalised to [0, 1] by the max.
+
+    Stop words count neither as terms nor towards a document's length. Only the query's terms are counted
+    (recall scores a few hundred documents per question)."""
     terms = list(dict.fromkeys(tokenize(query)))  # unique, in query order, so sums are deterministic
-    if not tokenized or not terms:
+    if not docs or not terms:
         return [0.0] * len(docs)
-    avgdl = sum(map(len, tokenized)) / len(tokenized)
+    words = [_TOKEN.findall(d.lower()) for d in docs]
+    lengths = [len(w) - sum(map(STOP_WORDS.__contains__, w)) for w in words]
+    avgdl = sum(lengths) / len(lengths)
     if avgdl == 0:
         return [0.0] * len(docs)
-    n = len(tokenized)
-    df = Counter(t for doc in tokenized for t in set(doc))
+    n = len(docs)
+    counts = [[w.count(t) for t in terms] for w in words]
+    df = [sum(1 for row in counts if row[j]) for j in range(len(terms))]
     # Lucene's idf is never negative: a common term cannot rank a matching doc below a non-matching one.
-    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
+    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in df]
     raw: list[float] = []
-    for doc in tokenized:
-        tf = Counter(doc)
-        norm = k1 * (1 - b + b * len(doc) / avgdl)
-        raw.append(sum(idf[t] * tf[t] * (k1 + 1) / (tf[t] + norm) for t in terms if tf[t]))
+    for row, length in zip(counts, lengths, strict=True):
+        norm = k1 * (1 - b + b * length / avgdl)
+        raw.append(sum(idf[j] * f * (k1 + 1) / (f + norm) for j, f in enumerate(row) if f))
     top = max(raw)
     return [s / top for s in raw] if top > 0 else [0.0] * len(docs)
 
@@ -134,44 +150,135 @@ def _ranked(scored: Sequence[Scored]) -> list[Scored]:
     return sorted(scored, key=lambda p: (-p[1], p[0].id))
 
 
-def activate(items: Sequence[Item], query: str, complexity: Complexity, lam: float = LAMBDA) -> list[Scored]:
-    """The top ``BUDGETS[complexity][1]`` leaves (units, episodes, facts) by leaf score; ties by id."""
-    leaves = [i for i in items if i.level == LEAF_LEVEL]
-    scored = list(zip(leaves, leaf_scores(leaves, query, lam), strict=True))
-    return _ranked(scored)[: BUDGETS[complexity].get(LEAF_LEVEL, 0)]
+def top(scored: Sequence[Scored], k: int) -> list[Scored]:
+    """The ``k`` best by score; ties by id."""
+    return _ranked(scored)[:k]
 
 
-def propagate(activated: Sequence[Scored], by_id: Mapping[str, Item], complexity: Complexity) -> list[Scored]:
-    """The activated leaves plus their ancestors (parent_id links), within the per-level budgets.
-
-    An ancestor scores the max over its activated descendants of leaf_score * LEVEL_DECAY**(levels above the
-    leaf), so a session directly over a strong unit outranks a week far above it. Levels without a budget keep
-    no ancestors, but the walk goes through them (a simple question still reaches the profile)."""
-    leaf_ids = {item.id for item, _ in activated}
-    best: dict[str, Scored] = {}
-    for leaf, score in activated:
-        seen = {leaf.id}  # guards against a malformed cycle of parent links
-        parent_id = leaf.parent_id
-        while parent_id is not None and parent_id not in seen and parent_id in by_id:
-            seen.add(parent_id)
-            node = by_id[parent_id]
-            decayed = score * LEVEL_DECAY ** max(1, node.level - leaf.level)
-            if node.id not in leaf_ids and (node.id not in best or decayed > best[node.id][1]):
-                best[node.id] = (node, decayed)
-            parent_id = node.parent_id
-    budget = BUDGETS[complexity]
-    kept: list[Scored] = []
-    for level in sorted({item.level for item, _ in best.values()}):
-        at_level = [p for p in best.values() if p[0].level == level]
-        kept.extend(_ranked(at_level)[: budget.get(level, 0)])
-    return [*activated, *kept]
+def smooth_neighbours(scored: Sequence[Scored], weight: float = NEIGHBOUR_WEIGHT) -> list[Scored]:
+    """Each unit's score plus ``weight`` times the better score of its neighbours: the units just before and
+    after it (by start, then id) among ``scored`` in the same session. In a dialogue the turn that answers is
+    often next to the one that matches the question ("What pet do you have?" - "Two cats, Luna and
+    Oliver"). Items without a session keep their score; neighbours are read from the input scores."""
+    by_session: dict[str, list[int]] = defaultdict(list)
+    for n, (item, _) in enumerate(scored):
+        if item.session_id is not None:
+            by_session[item.session_id].append(n)
+    out = [score for _, score in scored]
+    for members in by_session.values():
+        members.sort(key=lambda n: (scored[n][0].start, scored[n][0].id))
+        for pos, n in enumerate(members):
+            around = [scored[members[p]][1] for p in (pos - 1, pos + 1) if 0 <= p < len(members)]
+            if around:
+                out[n] = scored[n][1] + weight * max(around)
+    return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
 
 
-def temporal_rerank(
-    scored: Sequence[Scored], inside: Callable[[Item], bool], distance: Callable[[Item], float]
+def ancestor_ids(item: Item, by_id: Mapping[str, Item]) -> list[str]:
+    """The ids above ``item`` by ``parent_id`` links that ``by_id`` holds, nearest first (cycles cut)."""
+    out: list[str] = []
+    seen = {item.id}
+    parent_id = item.parent_id
+    while parent_id is not None and parent_id not in seen and parent_id in by_id:
+        seen.add(parent_id)
+        out.append(parent_id)
+        parent_id = by_id[parent_id].parent_id
+    return out
+
+
+def select(
+    leaves: Sequence[Scored],
+    by_id: Mapping[str, Item],
+    budget_tokens: int,
+    inside: Callable[[Item], bool] = lambda _: True,
+    levels: Collection[int] | None = None,
+    activated: int = ACTIVATED,
 ) -> list[Scored]:
-    """TSM's rerank: inside the query's interval first, then by score, then closer in time; ties by id."""
-    return sorted(scored, key=lambda p: (not inside(p[0]), -p[1], distance(p[0]), p[0].id))
+    """Leaves and tree nodes that fit ``budget_tokens``, chosen greedily by gain per token.
+
+    The top ``activated`` leaves by score gain ``score - t``, t the score of the best leaf left out. A tree
+    node above activated leaves (``parent_id`` links in ``by_id``) is worth the gains of those of them not
+    yet represented: neither in the context nor below a node already kept. A leaf is charged the activated
+    leaves' mean size, so leaves keep their score order, and a node competes with the leaves its tokens
+    would buy: it enters when it stands for more relevant material than they would add. A leaf is never
+    dropped because a node above it was kept (its text is the evidence; an extractive summary keeps a few
+    sentences of a session). Items ``inside`` the asked time come first. Once activated leaves
+    and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
+    nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
+    ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
+    times ``LEVEL_DECAY`` per level above it.
+    """
+    allow = (lambda level: True) if levels is None else levels.__contains__
+    ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
+    best = ranked[:activated]
+    floor = ranked[activated][1] if len(ranked) > activated else 0.0
+    gain = {item.id: max(0.0, score - floor) for item, score in best}
+    leaf_cost = max(1.0, sum(tokens(item.text) for item, _ in best) / len(best)) if best else 1.0
+
+    # Which activated leaves each node stands for, and what they are worth together.
+    under: dict[str, list[str]] = defaultdict(list)
+    chains: dict[str, list[str]] = {}
+    node_score: dict[str, float] = {}
+    for item, score in best:
+        chain = [
+            n for n in ancestor_ids(item, by_id) if by_id[n].level > LEAF_LEVEL and allow(by_id[n].level)
+        ]
+        chains[item.id] = chain
+        for node_id in chain:
+            under[node_id].append(item.id)
+            reported = score * LEVEL_DECAY ** max(1, by_id[node_id].level - item.level)
+            node_score[node_id] = max(node_score.get(node_id, 0.0), reported)
+    mass = {node_id: sum(gain[i] for i in ids) for node_id, ids in under.items()}
+    node_ids = sorted(mass)  # ties go to the smaller id
+    node_cost = {node_id: tokens(by_id[node_id].text) for node_id in node_ids}
+    node_inside = {node_id: inside(by_id[node_id]) for node_id in node_ids}
+
+    def represent(leaf_id: str) -> None:
+        """The leaf is in the context, or below a kept node: no other node stands for it any more."""
+        for node_id in chains.pop(leaf_id, ()):
+            mass[node_id] -= gain[leaf_id]
+
+    queue = (
+        sorted(ranked, key=lambda p: (not inside(p[0]), -gain.get(p[0].id, 0.0), -p[1], p[0].id))
+        if allow(LEAF_LEVEL)
+        else []
+    )
+    kept: list[Scored] = []
+    chosen: set[str] = set()
+    used = 0
+    head = 0
+    while True:
+        while head < len(queue) and used + tokens(queue[head][0].text) > budget_tokens:
+            head += 1  # the budget only shrinks: what does not fit now never will
+        leaf = queue[head] if head < len(queue) else None
+        leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
+        node: str | None = None
+        node_key = (False, 0.0)
+        for node_id in node_ids:
+            if node_id in chosen or mass[node_id] <= 1e-9 or used + node_cost[node_id] > budget_tokens:
+                continue
+            key = (node_inside[node_id], mass[node_id] / max(1, node_cost[node_id]))
+            if node is None or key > node_key:
+                node, node_key = node_id, key
+        if node is not None and (leaf_key is None or node_key > leaf_key):
+            kept.append((by_id[node], node_score[node]))
+            chosen.add(node)
+            used += node_cost[node]
+            for leaf_id in under[node]:
+                represent(leaf_id)
+        elif leaf is not None:
+            kept.append(leaf)
+            used += tokens(leaf[0].text)
+            head += 1
+            represent(leaf[0].id)
+        else:
+            break
+    # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
+    for node_id in sorted(node_ids, key=lambda n: (not node_inside[n], -node_score[n], n)):
+        if node_id not in chosen and used + node_cost[node_id] <= budget_tokens:
+            kept.append((by_id[node_id], node_score[node_id]))
+            used += node_cost[node_id]
+    return kept
 
 
 def _holds_at(item: Item, at: datetime) -> bool:
@@ -193,28 +300,6 @@ def keep_valid(scored: Sequence[Scored], asks_change: bool, at: datetime | None)
 def tokens(text: str) -> int:
     """A cheap token estimate (about four characters per token), no tokenizer needed."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def gate(scored: Sequence[Scored], budget_tokens: int) -> list[Scored]:
-    """Fit ``scored`` into ``budget_tokens``, greedily in the given order.
-
-    A unit whose source turns are all covered by an episode or summary kept before it is redundant: dropped.
-    An item that does not fit is skipped, so a later, smaller one may still use the remaining budget."""
-    kept: list[Scored] = []
-    covered: set[str] = set()
-    used = 0
-    for pair in scored:
-        item = pair[0]
-        if item.kind == "unit" and item.source_turn_ids and covered.issuperset(item.source_turn_ids):
-            continue
-        cost = tokens(item.text)
-        if used + cost > budget_tokens:
-            continue
-        used += cost
-        kept.append(pair)
-        if item.kind in COVERING_KINDS:
-            covered.update(item.source_turn_ids)
-    return kept
 
 
 def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None = None) -> list[Scored]:
