@@ -409,3 +409,77 @@ def test_yesterday_is_the_day_before_in_nows_zone(now: datetime) -> None:
     assert interval.start == datetime.combine(day, time(), tzinfo=now.tzinfo)
     assert interval.end == datetime.combine(now.date(), time(), tzinfo=now.tzinfo)
     assert (intent.relation, intent.expressions) == ("within", ("yesterday",))
+
+
+# The expression table: one query per expression, asked on Tuesday 15 August 2023 14:00 UTC.
+# Intervals are [start, end) in whole days; coarse readings are deliberate (a recall filter wants
+# the interval that surely contains the event: "in early July" is July). Expressions not read
+# yet, so recall falls back to similarity alone: "the first week of July", "Christmas", "New
+# Year's Eve", "in Q2", "the 1990s", "at the beginning of the year", "recently".
+EXPRESSIONS: list[tuple[str, str, str, Relation, bool]] = [
+    ("What did I do yesterday?", "2023-08-14", "2023-08-15", "within", False),
+    ("What did I do today?", "2023-08-15", "2023-08-16", "within", False),
+    ("What will I do tomorrow?", "2023-08-16", "2023-08-17", "within", False),
+    ("What happened the day before yesterday?", "2023-08-13", "2023-08-14", "within", False),
+    ("What happened two days ago?", "2023-08-13", "2023-08-14", "within", False),
+    ("What did I do last night?", "2023-08-14", "2023-08-15", "within", False),
+    ("What did I do this morning?", "2023-08-15", "2023-08-16", "within", False),
+    ("What happened last week?", "2023-08-07", "2023-08-14", "within", False),
+    ("What did I do this week?", "2023-08-14", "2023-08-21", "within", False),
+    ("What happened a week ago?", "2023-08-07", "2023-08-14", "within", False),
+    ("What happened 3 weeks ago?", "2023-07-24", "2023-07-31", "within", False),
+    ("What did I do in the past two weeks?", "2023-08-01", "2023-08-16", "within", False),
+    ("What did I do over the last 3 days?", "2023-08-12", "2023-08-16", "within", False),
+    ("What did I do last weekend?", "2023-08-12", "2023-08-14", "within", False),
+    ("What did I do this weekend?", "2023-08-19", "2023-08-21", "within", False),
+    ("What did I do last Monday?", "2023-08-14", "2023-08-15", "within", False),
+    ("What happened last Tuesday?", "2023-08-08", "2023-08-09", "within", False),
+    ("What did I do on Friday?", "2023-08-11", "2023-08-12", "within", False),
+    ("What happened last month?", "2023-07-01", "2023-08-01", "within", False),
+    ("What did I do this month?", "2023-08-01", "2023-09-01", "within", False),
+    ("What happened earlier this month?", "2023-08-01", "2023-09-01", "within", False),
+    ("What happened a month ago?", "2023-07-01", "2023-08-01", "within", False),
+    ("What happened two months ago?", "2023-06-01", "2023-07-01", "within", False),
+    ("What did I do in the last month?", "2023-07-15", "2023-08-16", "within", False),
+    ("What happened last year?", "2022-01-01", "2023-01-01", "within", False),
+    ("What did I do this year?", "2023-01-01", "2024-01-01", "within", False),
+    ("What happened a year ago?", "2022-01-01", "2023-01-01", "within", False),
+    ("What happened on 7 May 2023?", "2023-05-07", "2023-05-08", "within", False),
+    ("What happened on May 7, 2023?", "2023-05-07", "2023-05-08", "within", False),
+    ("What happened on 2023-05-07?", "2023-05-07", "2023-05-08", "within", False),
+    ("What happened on the 3rd of August?", "2023-08-03", "2023-08-04", "within", False),
+    ("What happened in May 2023?", "2023-05-01", "2023-06-01", "within", False),
+    ("What happened in August 2022?", "2022-08-01", "2022-09-01", "within", False),
+    ("What happened in March?", "2023-03-01", "2023-04-01", "within", False),
+    ("What happened in early July?", "2023-07-01", "2023-08-01", "within", False),
+    ("What happened in late June?", "2023-06-01", "2023-07-01", "within", False),
+    ("What happened in 2022?", "2022-01-01", "2023-01-01", "within", False),
+    ("What happened this summer?", "2023-06-01", "2023-09-01", "within", False),
+    ("What happened last summer?", "2022-06-01", "2022-09-01", "within", False),
+    ("What happened in the summer of 2022?", "2022-06-01", "2022-09-01", "within", False),
+    ("What happened last winter?", "2022-12-01", "2023-03-01", "within", False),
+    ("What happened this spring?", "2023-03-01", "2023-06-01", "within", False),
+    ("What happened in the spring?", "2023-03-01", "2023-06-01", "within", False),
+    ("What happened in autumn 2022?", "2022-09-01", "2022-12-01", "within", False),
+    ("What happened before June 2023?", "2023-06-01", "2023-07-01", "before", False),
+    ("What happened before last weekend?", "2023-08-12", "2023-08-14", "before", False),
+    ("What happened after 1 July 2023?", "2023-07-01", "2023-07-02", "after", False),
+    ("What happened after yesterday?", "2023-08-14", "2023-08-15", "after", False),
+    ("What happened since March?", "2023-03-01", "2023-08-15", "within", False),
+    ("What happened between May and July?", "2023-05-01", "2023-08-01", "within", False),
+    ("What happened between 1 June and 15 June 2023?", "2023-06-01", "2023-06-16", "within", False),
+    ("How has my job changed since last year?", "2022-01-01", "2023-08-15", "within", True),
+]
+
+
+@pytest.mark.parametrize(("query", "start", "end", "relation", "asks_change"), EXPRESSIONS)
+def test_expression_table(query: str, start: str, end: str, relation: Relation, asks_change: bool) -> None:
+    intent = parse_time_intent(query, NOW)
+    assert [(iv.start.date().isoformat(), iv.end.date().isoformat()) for iv in intent.intervals] == [
+        (start, end)
+    ]
+    assert (intent.relation, intent.asks_change) == (relation, asks_change)
+
+
+def test_the_expression_table_is_large_and_distinct() -> None:
+    assert len({q for q, *_ in EXPRESSIONS}) == len(EXPRESSIONS) >= 40
