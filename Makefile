@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean deploy-tools deploy-check deploy-generate deploy-lock
 
 $(BIN)/memstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,8 +24,27 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/memstream schemas export --check
 
-test: lint
+test: lint deploy-check
 	$(BIN)/pytest -q -ra
+
+# Kubernetes deployment (helm/, deploy/). deploy-check installs helm, promtool and hadolint into
+# .venv/bin when missing (deploy/tools.sh), then: generated files up to date, the image's locks,
+# hadolint and the Dockerfile's build stage run without Docker, promtool check/test of the alerts,
+# helm lint/template + kubernetes-validate with the minimal and the production values, and
+# tests/test_deploy.py. About a minute.
+deploy-tools: install
+	bash deploy/tools.sh
+
+deploy-check: install
+	bash deploy/check.sh
+
+# Regenerate the alert rules, the Grafana dashboard and the chart's values.schema.json.
+deploy-generate: install
+	$(BIN)/python -m deploy.generate
+
+# Re-pin the image's dependencies from .venv.
+deploy-lock: install
+	$(BIN)/python -m deploy.lock
 
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json

@@ -112,6 +112,19 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
     ca.set_defaults(func=_cmd_calibrate)
 
+    tp = sub.add_parser("topics", help="the pipeline's Kafka topics")
+    tps = tp.add_subparsers(title="actions", metavar="ACTION")
+    tc = tps.add_parser(
+        "create",
+        help="create missing topics (partitions, replication, retention from the settings); idempotent",
+        description="Create every missing topic with MEMSTREAM_TOPIC_PARTITIONS partitions, "
+        "MEMSTREAM_TOPIC_REPLICATION_FACTOR replicas and MEMSTREAM_TOPIC_RETENTION_MS; set the retention "
+        "of existing topics where it differs. Fails if an existing topic has another partition count "
+        "(never changed here: users' records and state are placed by partition).",
+        epilog=EPILOG,
+    )
+    tc.set_defaults(func=_cmd_topics_create)
+
     sc = sub.add_parser("schemas", help="JSON Schemas of the topic records")
     scs = sc.add_subparsers(title="actions", metavar="ACTION")
     ex = scs.add_parser("export", help="write schemas/json/*.schema.json from the models")
@@ -341,6 +354,32 @@ def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     report = calibrate(texts, embedder, settings.recurrence_top_k, settings.theta_count)
     print(report.model_dump_json(indent=2) if args.json else render(report))
     return 0
+
+
+def _cmd_topics_create(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.kafka import ensure_topics
+
+    if settings.bootstrap_servers is None:
+        print("memstream: MEMSTREAM_BOOTSTRAP_SERVERS is not set", file=sys.stderr)
+        return 2
+    from aiokafka.errors import KafkaError
+
+    try:
+        report = asyncio.run(ensure_topics(settings, update_existing=True))
+    except (KafkaError, RuntimeError) as exc:
+        print(f"memstream: topics: {exc}", file=sys.stderr)
+        return 1
+    for name in report.created:
+        print(f"created {name}")
+    for name in report.existing:
+        print(f"exists  {name}{' (retention.ms set)' if name in report.retention_updated else ''}")
+    for name, count in report.wrong_partitions.items():
+        print(
+            f"memstream: {name} has {count} partitions, MEMSTREAM_TOPIC_PARTITIONS is "
+            f"{settings.topic_partitions}",
+            file=sys.stderr,
+        )
+    return 1 if report.wrong_partitions else 0
 
 
 def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:

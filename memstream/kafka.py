@@ -8,16 +8,58 @@ wrong end offsets for multi-record batches, and committed offsets are what "proc
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 
 from memstream.settings import Settings
 from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEFERRED, MEMORY_UPDATES, WINDOWS
+
+log = logging.getLogger(__name__)
+DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source of a value set on the topic itself
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext:
+    """TLS context for the brokers: the configured CA (or the system's), and a client certificate
+    for mutual TLS when one is configured."""
+    return create_ssl_context(
+        cafile=str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile else None,
+        certfile=str(settings.kafka_ssl_certfile) if settings.kafka_ssl_certfile else None,
+        keyfile=str(settings.kafka_ssl_keyfile) if settings.kafka_ssl_keyfile else None,
+    )
+
+
+def security_kwargs(settings: Settings) -> dict[str, Any]:
+    """aiokafka's security arguments for the configured protocol (none for PLAINTEXT)."""
+    protocol = settings.kafka_security_protocol
+    if protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {"security_protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        out["ssl_context"] = ssl_context(settings)
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        out.update(
+            sasl_mechanism=settings.kafka_sasl_mechanism,
+            sasl_plain_username=settings.kafka_sasl_username,
+            sasl_plain_password=settings.kafka_sasl_password.get_secret_value(),
+        )
+    return out
+
+
+def client_kwargs(settings: Settings) -> dict[str, Any]:
+    """Bootstrap servers and security arguments shared by every aiokafka client."""
+    return {"bootstrap_servers": settings.brokers, **security_kwargs(settings)}
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -25,30 +67,96 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-async def ensure_topics(settings: Settings) -> None:
-    """Create every pipeline topic with the configured partitions; existing topics are kept."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.brokers)
+@dataclass
+class TopicsReport:
+    """What :func:`ensure_topics` found and did."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    retention_updated: list[str] = field(default_factory=list)
+    # existing topics whose partition count is not MEMSTREAM_TOPIC_PARTITIONS: name -> count
+    wrong_partitions: dict[str, int] = field(default_factory=dict)
+
+
+async def ensure_topics(settings: Settings, update_existing: bool = False) -> TopicsReport:
+    """Create every pipeline topic that is missing, with the configured partitions, replication
+    factor and retention. Existing topics are kept; with ``update_existing`` their retention is
+    set where it differs from ``topic_retention_ms`` and their partition counts are checked
+    (never changed: a user's records and state stay on the partition their key hashes to)."""
+    report = TopicsReport()
+    retention = {settings.topic(name): ms for name, ms in settings.topic_retention_ms.items()}
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        names = [settings.topic(spec.name) for spec in ALL_TOPICS]
         missing = [
             NewTopic(
-                settings.topic(spec.name), num_partitions=settings.topic_partitions, replication_factor=1
+                name,
+                num_partitions=settings.topic_partitions,
+                replication_factor=settings.topic_replication_factor,
+                topic_configs={"retention.ms": str(retention[name])} if name in retention else {},
             )
-            for spec in ALL_TOPICS
-            if settings.topic(spec.name) not in existing
+            for name in names
+            if name not in existing
         ]
         if missing:
             with suppress(TopicAlreadyExistsError):  # another process won the race
                 await admin.create_topics(missing)
+        report.created = [t.name for t in missing]
+        report.existing = [name for name in names if name in existing]
+        if update_existing and report.existing:
+            for topic in await admin.describe_topics(report.existing):
+                if len(topic["partitions"]) != settings.topic_partitions:
+                    report.wrong_partitions[topic["topic"]] = len(topic["partitions"])
+            stale = [name for name in report.existing if name in retention]
+            if stale:
+                report.retention_updated = await _set_retention(admin, stale, retention)
     finally:
         await admin.close()
+    return report
+
+
+async def _set_retention(
+    admin: AIOKafkaAdminClient, names: list[str], retention: Mapping[str, int]
+) -> list[str]:
+    """Set ``retention.ms`` on the topics where it differs; the names changed. AlterConfigs
+    replaces a topic's whole dynamic config, so the topic's other dynamic values are sent too."""
+    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    changes = []
+    for response in described:
+        for resource in response.to_object()["resources"]:
+            name = resource["resource_name"]
+            entries = {e["config_names"]: e for e in resource["config_entries"]}
+            current = entries.get("retention.ms", {}).get("config_value")
+            if current == str(retention[name]):
+                continue
+            keep = {
+                k: e["config_value"]
+                for k, e in entries.items()
+                if e.get("config_source") == DYNAMIC_TOPIC_CONFIG
+                and not e["read_only"]
+                and not e["is_sensitive"]
+                and e["config_value"] is not None
+            }
+            configs = {**keep, "retention.ms": str(retention[name])}
+            changes.append(ConfigResource(ConfigResourceType.TOPIC, name, configs=configs))
+            log.info("retention.ms of %s: %s -> %s", name, current, retention[name])
+    if changes:
+        for response in await admin.alter_configs(changes):
+            for r in response.to_object()["resources"]:
+                if r["error_code"]:
+                    raise RuntimeError(
+                        f"setting retention.ms of {r['resource_name']} failed: "
+                        f"error {r['error_code']} {r['error_message']}"
+                    )
+    return [c.name for c in changes]
 
 
 @asynccontextmanager
 async def producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
     p = AIOKafkaProducer(
-        bootstrap_servers=settings.brokers,
+        **client_kwargs(settings),
         acks="all",
         linger_ms=5,
         max_batch_size=256 * 1024,
@@ -82,9 +190,7 @@ async def wait_processed(
 async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer in the pipeline's group that subscribes to nothing (so it never joins or
     rebalances the group): for reading the group's committed offsets."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.brokers, group_id=settings.app_id, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=settings.app_id, enable_auto_commit=False)
     await consumer.start()
     try:
         yield consumer
@@ -95,7 +201,7 @@ async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
 async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of ``topic`` from the beginning, until ``idle_s`` passes without one."""
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=settings.brokers, auto_offset_reset="earliest", enable_auto_commit=False
+        topic, **client_kwargs(settings), auto_offset_reset="earliest", enable_auto_commit=False
     )
     await consumer.start()
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Role = Literal["ingest", "consolidate", "index"]
@@ -35,6 +35,31 @@ class Settings(BaseSettings):
     tansu_quirks: bool = Field(
         False, description="work around Tansu's quirks (one record per produce batch, short joins)"
     )
+    topic_replication_factor: int = Field(
+        1,
+        ge=1,
+        description="replication factor of the topics memstream and faust create (3 on a real cluster)",
+    )
+    topic_retention_ms: dict[str, int] = Field(
+        default_factory=dict,
+        description='retention.ms per topic as JSON, by name without the prefix, e.g. {"turns": 604800000, '
+        '"memory.updates": -1} (-1 = forever); topics not named keep the broker default',
+    )
+
+    # --- Kafka security (TLS, SASL) -------------------------------------------------------
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="how clients connect to the brokers"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism (security protocol SASL_*)"
+    )
+    kafka_sasl_username: str | None = Field(None, description="SASL user name")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password")
+    kafka_ssl_cafile: Path | None = Field(
+        None, description="PEM CA bundle that signed the brokers' certificates; unset = the system's"
+    )
+    kafka_ssl_certfile: Path | None = Field(None, description="PEM client certificate (mutual TLS)")
+    kafka_ssl_keyfile: Path | None = Field(None, description="PEM private key of that certificate")
 
     # --- embeddings ----------------------------------------------------------------------
     embedder: Literal["minilm", "openai", "hash"] = Field("minilm", description="embedding backend")
@@ -175,11 +200,35 @@ class Settings(BaseSettings):
             raise ValueError("at least one role: ingest, consolidate, index")
         return list(dict.fromkeys(v))
 
-    @field_validator("llm_stages", mode="before")
+    @field_validator("llm_stages", "topic_retention_ms", mode="before")
     @classmethod
     def _stages_json(cls, v: object) -> object:
         # The environment source decodes JSON itself; from_env() hands over the raw string.
         return json.loads(v) if isinstance(v, str) else v
+
+    @field_validator("topic_retention_ms")
+    @classmethod
+    def _known_topics(cls, v: dict[str, int]) -> dict[str, int]:
+        from schemas.topics import ALL_TOPICS
+
+        names = {spec.name for spec in ALL_TOPICS}
+        unknown = sorted(set(v) - names)
+        if unknown:
+            raise ValueError(f"unknown topics {unknown}; the topics are {sorted(names)}")
+        if any(ms < -1 for ms in v.values()):
+            raise ValueError("retention.ms is -1 (forever) or a number of milliseconds")
+        return v
+
+    @model_validator(mode="after")
+    def _sasl_credentials(self) -> Settings:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"MEMSTREAM_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "MEMSTREAM_KAFKA_SASL_USERNAME and MEMSTREAM_KAFKA_SASL_PASSWORD"
+            )
+        return self
 
     @field_validator("default_timezone")
     @classmethod

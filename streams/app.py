@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumers import Consolidation
 from memstream import metrics
-from memstream.kafka import partition_for
+from memstream.kafka import partition_for, ssl_context
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
@@ -69,11 +69,33 @@ Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 
 
+def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    """The brokers' TLS / SASL settings as faust credentials (None for PLAINTEXT)."""
+    protocol = settings.kafka_security_protocol
+    context = ssl_context(settings) if protocol in ("SSL", "SASL_SSL") else None
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password.get_secret_value(),
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def faust_settings(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "broker": f"kafka://{settings.brokers}",
+        "broker_credentials": faust_credentials(settings),
         "store": "memory://",  # table state is rebuilt from its changelog topic
+        # faust's own directory, under the data dir (not the working directory: a pod's root
+        # file system is read-only)
+        "datadir": str(settings.data_dir / "faust"),
         "topic_partitions": settings.topic_partitions,
+        "topic_replication_factor": settings.topic_replication_factor,
         "web_enabled": settings.metrics_port > 0,
         "web_port": settings.metrics_port,
         "web_bind": settings.metrics_host,
@@ -117,8 +139,28 @@ class ReadOffsets(Monitor):
         return None
 
 
+class Readiness:
+    """A worker is ready once the consumer group has given it its first assignment (after its
+    agents and tables took the partitions). An empty assignment counts: a replica beyond the
+    partition count is a standby, which is all it can be. It stays ready through later rebalances."""
+
+    def __init__(self) -> None:
+        self.assignments = 0
+
+    def assigned(self, sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        self.assignments += 1
+
+    def answer(self, partitions: Sequence[int]) -> tuple[int, dict[str, Any]]:
+        """HTTP status and body of ``/readyz``."""
+        if not self.assignments:
+            return 503, {"ready": False, "reason": "waiting for the first partition assignment"}
+        return 200, {"ready": True, "partitions": sorted(partitions)}
+
+
 def build_app(settings: Settings, processor: IngestProcessor, consolidation: Consolidation) -> faust.App:
     app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
+    readiness = Readiness()
+    app.on_partitions_assigned.connect(readiness.assigned)  # type: ignore[arg-type]
 
     def topic(spec: TopicSpec) -> faust.TopicT:
         return app.topic(
@@ -371,6 +413,11 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
         return web.json({"ok": True})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        status, body = readiness.answer(sorted(held()))
+        return web.json(body, status=status)
 
     @app.page("/status")
     async def status_page(web: Any, request: Any) -> Any:

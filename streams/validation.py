@@ -55,6 +55,8 @@ def _reason(err: ValidationError) -> tuple[str, str]:
             return "empty_text", f"{loc}: {msg}"
         if "NUL" in msg:
             return "control_characters", f"{loc}: {msg}"
+        if "ISO 8601" in msg:
+            return "invalid_timestamp", f"{loc}: {msg}"
     reason = _REASONS.get(kind)
     if reason is None:
         reason = "wrong_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid"

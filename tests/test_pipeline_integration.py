@@ -59,7 +59,8 @@ def rec(obj: object) -> RawRecord:
 BAD_INPUTS: list[tuple[str, bytes]] = [
     ("malformed_json", b'{"tenant": "bad", "user_id": '),
     ("missing_field", orjson.dumps({k: v for k, v in turn("m").items() if k != "session_id"})),
-    ("wrong_type", orjson.dumps(turn("w", ts=12.5, messages="not a list"))),
+    ("wrong_type", orjson.dumps(turn("w", messages="not a list"))),
+    ("invalid_timestamp", orjson.dumps(turn("n", ts=12.5))),
     (
         "empty_text",
         orjson.dumps(turn("e", content="  \n ")),

@@ -47,6 +47,8 @@ BAD = [
     ),
     (orjson.dumps(good(messages="hello")), "wrong_type", DeadLetterStage.VALIDATE),
     (orjson.dumps(good(user_id=42)), "wrong_type", DeadLetterStage.VALIDATE),
+    (orjson.dumps(good(ts=1_700_000_000)), "invalid_timestamp", DeadLetterStage.VALIDATE),
+    (orjson.dumps(good(ts="1700000000")), "invalid_timestamp", DeadLetterStage.VALIDATE),
     (orjson.dumps(good(messages=[])), "too_short", DeadLetterStage.VALIDATE),
     (
         orjson.dumps(good(messages=[{"speaker": "a", "content": "   "}])),

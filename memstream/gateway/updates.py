@@ -15,6 +15,7 @@ from collections import defaultdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream import metrics
+from memstream.kafka import client_kwargs
 from memstream.settings import Settings
 from schemas.memory import MemoryUpdate
 from schemas.topics import MEMORY_UPDATES
@@ -64,7 +65,7 @@ class UpdateHub:
     async def _run(self) -> None:
         topic = self._settings.topic(MEMORY_UPDATES.name)
         while True:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self._settings.brokers, enable_auto_commit=False)
+            consumer = AIOKafkaConsumer(**client_kwargs(self._settings), enable_auto_commit=False)
             try:
                 await consumer.start()
                 parts = [TopicPartition(topic, p) for p in range(self._settings.topic_partitions)]
