@@ -70,6 +70,12 @@ CONSOLIDATIONS = Counter(
 MEMORY_UPDATES = Counter(
     "memstream_memory_updates", "Memory updates published to memory.updates", ["op", "kind"]
 )
+STORE_PAUSES = Counter(
+    "memstream_store_pauses",
+    "Times a stage found the vector store unavailable and paused (its batch is retried, not skipped)",
+    ["stage"],
+)
+STORE_PAUSED = Gauge("memstream_store_paused", "1 while a stage waits for the vector store", ["stage"])
 
 # --- query gateway ---------------------------------------------------------------------------
 GATEWAY_REQUESTS = Counter(
@@ -86,6 +92,11 @@ GATEWAY_UPDATES = Counter(
     "memstream_gateway_updates_received", "memory.updates records read for live (SSE) subscribers"
 )
 RATE_LIMITED = Counter("memstream_gateway_rate_limited", "Requests refused with 429 (per-key rate limit)")
+GATEWAY_SHED = Counter(
+    "memstream_gateway_shed",
+    "Requests refused with 503 because the gateway already had MEMSTREAM_GATEWAY_MAX_IN_FLIGHT in flight",
+    ["route"],
+)
 USERS_DELETED = Counter("memstream_users_deleted", "Users forgotten through DELETE", ["tenant"])
 
 

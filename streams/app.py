@@ -14,6 +14,9 @@ r"""The stream topology, declared in one place. It reads like the diagram in DES
       (LLM down or budget spent -> [deferred]; output invalid after repair -> [dead-letter])
     index role
       [memory.updates] --index--> memories collection (its single writer)
+    every worker
+      [tombstones] --forget--> drops a deleted user's window and tree state, deletes their
+                               points again (whatever landed after the gateway's delete)
 
 Every topic is keyed by tenant/user, so one worker owns all of a user's records (and, with the
 embedded store, the user's shard).
@@ -34,13 +37,16 @@ from faust.types import TP, EventT, Message, StreamT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumers import Consolidation
+from consumers.memories import MEMORIES
 from memstream import metrics
 from memstream.kafka import partition_for, ssl_context
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
+from memstream.pause import until_available
 from memstream.settings import Settings
-from memstream.store.base import VectorStore
+from memstream.store.base import Filter, VectorStore
 from memstream.store.remote import serve
 from memstream.tree import TreeState
+from memstream.units import UNITS, USER_FIELD
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
     ConsolidationRequest,
@@ -48,6 +54,7 @@ from schemas.events import (
     DeadLetterStage,
     Deferred,
     Record,
+    Tombstone,
     WindowClosed,
     WindowLevel,
 )
@@ -58,6 +65,7 @@ from schemas.topics import (
     DEAD_LETTER,
     DEFERRED,
     MEMORY_UPDATES,
+    TOMBSTONES,
     TURNS,
     WINDOWS,
     TopicSpec,
@@ -212,7 +220,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             # take_events (not take) keeps each record's partition and offset for dead letters.
             batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
             async for events in batches:
-                result = await processor.process([_incoming(e) for e in events], window_state)
+                batch = [_incoming(e) for e in events]
+                result = await until_available(
+                    lambda: processor.process(batch, window_state),  # noqa: B023  (awaited here)
+                    "ingest",
+                    asyncio.sleep,
+                )
                 await publish(
                     (CONSOLIDATION, result.consolidation),
                     (WINDOWS, counted(result.windows)),
@@ -243,7 +256,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         else:
             trigger = "recurrence"
         try:
-            updates = await work(processor.shards.get(event.message.partition), record)
+            store = processor.shards.get(event.message.partition)
+            updates = await until_available(lambda: work(store, record), "consolidate", asyncio.sleep)
         except (BudgetExhausted, LLMUnavailable) as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
             later = _deferred(source, key, value, exc, now, settings.defer_retry_s)
@@ -260,6 +274,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         await publish((MEMORY_UPDATES, updates))
         return True
 
+    user_tables = [window_state]  # per-user state a DELETE must clear
+
     if "consolidate" in settings.roles:
         # Per-user Temporal Memory Tree state (memstream.tree.TreeState as JSON), co-partitioned too.
         tree_state = app.Table(
@@ -270,6 +286,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             value_type=None,
             use_partitioner=True,
         )
+        user_tables.append(tree_state)
 
         @app.agent(topic(CONSOLIDATION))
         async def consolidate(stream: faust.StreamT) -> None:
@@ -332,7 +349,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                         now = processor.clock()
                         dead.append(_dead(e, DeadLetterStage.VALIDATE, "invalid_record", exc, now))
                 for partition, updates in by_partition.items():
-                    await consolidation.indexer.apply(processor.shards.get(partition), updates)
+                    store = processor.shards.get(partition)
+                    await until_available(
+                        lambda: consolidation.indexer.apply(store, updates),  # noqa: B023  (awaited here)
+                        "index",
+                        asyncio.sleep,
+                    )
                 await publish((DEAD_LETTER, dead))
 
     if "consolidate" in settings.roles:
@@ -359,6 +381,31 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     continue
                 name = settings.topic(deferred.source_topic)
                 await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
+
+    @app.agent(topic(TOMBSTONES))
+    async def forget(stream: faust.StreamT) -> None:
+        """A user forgotten through the gateway: drop their per-user state (open windows, memory
+        tree) and delete again whatever of theirs was stored after the gateway's delete ran."""
+        async for event in stream.events():
+            try:
+                stone = Tombstone.from_bytes(event.value)
+            except ValueError as exc:
+                dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
+                await publish((DEAD_LETTER, [dead]))
+                continue
+            key = stone.key.encode()
+            for table in user_tables:
+                if key in table:
+                    del table[key]
+            store = processor.shards.get(event.message.partition)
+            mine = Filter(equals={USER_FIELD: stone.key})
+
+            async def erase() -> None:
+                store.delete(UNITS, mine)  # noqa: B023  (awaited in this iteration)
+                if {"consolidate", "index"} & set(settings.roles):
+                    store.delete(MEMORIES, mine)  # noqa: B023
+
+            await until_available(erase, "forget", asyncio.sleep)
 
     def owned() -> set[int]:
         """Partitions of the turns topic this worker processes now."""

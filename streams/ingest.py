@@ -108,8 +108,11 @@ class IngestProcessor:
         result = BatchResult()
         now = self.clock()
         fresh = self._validate(batch, now, result)
-        new, replayed = self._split_known(fresh, result, now)
-        windows = _read_windows((u for _, u in new), window_state)
+        new, replayed, known = self._split_known(fresh, result, now)
+        windows = _read_windows([*(u for _, u in new), *known], window_state)
+        # A stored unit the window tracker has not seen: an earlier attempt at this batch wrote it
+        # and then failed (store outage, crash) before tracking. Tracked now, in arrival order.
+        untracked = {u.unit_id for u in known if _after_windows(u, windows[u.key.encode()])}
         # The latest dialogue time each user already has in the store (the window tracker saw
         # every stored unit): a unit later than that needs no time bound on its neighbour query,
         # the costliest of its conditions. Users without state keep the bound.
@@ -125,8 +128,11 @@ class IngestProcessor:
             if k + 1 < len(chunks):
                 pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[k + 1]))
             self._record(chunk, vectors, replayed if k == 0 else [], result, latest)
+        to_track = {u.unit_id for _, u in new} | untracked
         with metrics.STAGE_SECONDS.labels("windows").time():
-            self._track_windows([u for _, u in new], windows, window_state, now, result)
+            self._track_windows(
+                [u for _, u in fresh if u.unit_id in to_track], windows, window_state, now, result
+            )
         return result
 
     def status(self) -> dict[str, Any]:
@@ -175,13 +181,15 @@ class IngestProcessor:
 
     def _split_known(
         self, fresh: list[tuple[Incoming, Unit]], result: BatchResult, now: float
-    ) -> tuple[list[Located[Unit]], list[Located[ConsolidationRequest]]]:
-        """New units, and the requests that redelivered units fired, with their partitions."""
+    ) -> tuple[list[Located[Unit]], list[Located[ConsolidationRequest]], list[Unit]]:
+        """New units, and the requests that redelivered units fired, with their partitions; and
+        the redelivered units."""
         existing: dict[str, dict[str, Any]] = {}
         for p, ids in _group((_partition(rec), u.unit_id) for rec, u in fresh).items():
             existing.update((h.id, h.payload) for h in self.shards.get(p).retrieve(UNITS, ids))
         new: list[Located[Unit]] = []
         replayed: list[Located[ConsolidationRequest]] = []
+        known: list[Unit] = []
         for rec, unit in fresh:
             prior = existing.get(unit.unit_id)
             if prior is None:
@@ -190,13 +198,14 @@ class IngestProcessor:
                 result.dead_letters.append(dead_letter(rec, _reused(unit), now))
             else:
                 result.duplicates += 1
+                known.append(unit)
                 if prior.get(FIRED_FIELD):
                     request = ConsolidationRequest.model_validate_json(prior[FIRED_FIELD])
                     replayed.append((_partition(rec), request))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         # Arrival order, not dialogue-time order: one by one, a unit sees what arrived before it
         # (and is earlier in dialogue time), so that is what a batch must reproduce.
-        return new, replayed
+        return new, replayed, known
 
     def _embed(self, units: list[Located[Unit]]) -> Vectors:
         with (
@@ -395,6 +404,11 @@ def _read_windows(
             raw = state.get(key)
             out[key] = UserWindows.from_json(raw) if raw else None
     return out
+
+
+def _after_windows(unit: Unit, windows: UserWindows | None) -> bool:
+    """Whether ``unit`` is later than everything the user's window state has seen."""
+    return windows is None or unit.ts > windows.last_ts
 
 
 def _partition(rec: Incoming) -> int:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,9 @@ def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(
         assert texts == ""
         assert c.get(f"/v1/users/{USER}/timeline", params={"min_level": 1}).json()["nodes"] == []
     assert _everything_visible(gateway, KEY_GLOBEX) == globex_before  # the other tenant is untouched
+    # And it stays so once the workers have handled the tombstone and the idle timer (3 s) has run.
+    time.sleep(6)
+    assert _everything_visible(gateway, KEY_ACME) == set()
     settings = gateway.pipeline.settings
     stones = [
         Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic("tombstones")))
