@@ -10,6 +10,7 @@ is stored on every memory it writes (``Memory.writer``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -28,6 +29,9 @@ DATA_RULES = (
 )
 
 
+_FENCE_TAG = re.compile(r"<(\s*/?\s*data\b)", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Prompt(Generic[R]):
     name: str
@@ -41,6 +45,9 @@ class Prompt(Generic[R]):
         return f"{self.name}@{self.version}"
 
     def messages(self, **fields: str) -> list[dict[str, str]]:
+        # A field holding "</data>" would close the fence and put the rest of it outside: defuse
+        # every <data>/</data> tag inside the fields, so conversation text stays inside its fence.
+        fields = {k: _FENCE_TAG.sub(r"&lt;\1", v) for k, v in fields.items()}
         return [
             {"role": "system", "content": f"{self.system.format(**fields)}\n\n{DATA_RULES}"},
             {"role": "user", "content": self.user.format(**fields)},

@@ -41,7 +41,15 @@ Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
 TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-MetadataValue = str | int | float | bool | None
+# 64-bit integers and finite floats: what JSON round-trips (orjson writes no wider integer, and
+# NaN/Infinity would come back as null).
+MetadataValue = (
+    str
+    | Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | bool
+    | None
+)
 
 
 _NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -88,7 +96,10 @@ class Record(BaseModel):
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Any:
-        return cls.model_validate(orjson.loads(data))
+        # pydantic parses the JSON itself, with its own nesting limit, so any bad input is a
+        # ValidationError (a ValueError). orjson.loads nests up to 1024 levels, and a value that
+        # deep in an enum field made the enum's error message (its repr) raise RecursionError.
+        return cls.model_validate_json(data)
 
 
 def partition_key(tenant: str, user_id: str) -> str:

@@ -90,9 +90,13 @@ def validate(value: bytes | None, limits: Limits, now: datetime) -> Turn | Rejec
         return Rejection(DeadLetterStage.VALIDATE, reason, detail[:500])
     try:
         zone = zone_of(turn, limits.default_zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: zoneinfo opens the name as a file, so an over-long name (ENAMETOOLONG) or a
+        # tzdata directory ("America") fails with an OSError, not ZoneInfoNotFoundError.
         return Rejection(
-            DeadLetterStage.VALIDATE, "unknown_timezone", f"timezone {turn.timezone!r} is not an IANA zone"
+            DeadLetterStage.VALIDATE,
+            "unknown_timezone",
+            f"timezone {str(turn.timezone)[:64]!r} is not an IANA zone",
         )
     ts = turn.ts.replace(tzinfo=zone) if turn.ts.tzinfo is None else turn.ts
     if ts < limits.min_ts or ts > now + limits.max_future:
