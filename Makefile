@@ -51,6 +51,7 @@ bench: install
 	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json
 	$(BIN)/python bench/consolidation.py --json
 	$(BIN)/python bench/recall.py --units 100000 --json
+	$(BIN)/python bench/load.py --json
 
 clean:
 	rm -rf $(VENV) .memstream .pytest_cache .mypy_cache .ruff_cache

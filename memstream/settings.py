@@ -166,6 +166,12 @@ class Settings(BaseSettings):
     rate_limit_per_s: float = Field(50.0, gt=0, description="requests per second per API key")
     rate_limit_burst: int = Field(100, ge=1, description="requests a key may send at once")
     max_request_bytes: int = Field(4_194_304, ge=1024, description="larger request bodies get 413")
+    gateway_max_in_flight: int = Field(
+        16,
+        ge=1,
+        description="requests in flight per gateway process; more get 503 with Retry-After at once "
+        "(not /healthz, /readyz, /metrics)",
+    )
     worker_urls: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="workers' /status and /store URLs for a gateway on the embedded store, comma-separated; "

@@ -17,13 +17,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.routing import Match
 
 from consumers.memories import MEMORIES, memory_from_payload
 from memstream import metrics
@@ -63,6 +64,17 @@ from streams.validation import Limits, Rejection, limits_from, validate
 log = logging.getLogger("memstream.gateway")
 DEFAULT_TENANT = "default"
 HEARTBEAT_S = 15.0
+# POST /v1/turns waits this long for the broker's acks, then answers 503 with Retry-After (the
+# producer's own request timeout, 10 s, would hold the client that long when the broker is gone).
+SEND_TIMEOUT_S = 5.0
+# Never shed: probes and scrapes must answer while the gateway is saturated.
+UNBOUNDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+SHED_RETRY_AFTER_S = 1
+
+
+def admit(path: str, in_flight: int, limit: int) -> bool:
+    """Whether a request for ``path`` may start while ``in_flight`` others are in progress."""
+    return path in UNBOUNDED_PATHS or in_flight < limit
 
 
 @dataclass
@@ -156,9 +168,36 @@ def create_app(settings: Settings) -> FastAPI:
             403: {"model": Problem, "description": "a turn names another tenant than the key's"},
             413: {"model": Problem, "description": "request body too large"},
             429: {"model": Problem, "description": "rate limit; retry after Retry-After seconds"},
-            503: {"model": Problem, "description": "broker or store unavailable; retry after Retry-After"},
+            503: {
+                "model": Problem,
+                "description": "overloaded, broker or store unavailable; retry after Retry-After",
+            },
         },
     )
+
+    in_flight = 0
+
+    @app.middleware("http")
+    async def shed(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Load shedding: past ``gateway_max_in_flight`` requests in progress, 503 with
+        Retry-After at once, before auth, the rate limit or any work (in the event loop: no lock).
+        The slot is held until the response starts (an SSE stream holds none)."""
+        nonlocal in_flight
+        if not admit(request.url.path, in_flight, settings.gateway_max_in_flight):
+            route = next((r for r in app.router.routes if r.matches(request.scope)[0] == Match.FULL), None)
+            if route is not None:
+                request.scope["route"] = route  # the route label of observe's metrics
+            metrics.GATEWAY_SHED.labels(getattr(route, "path", "unmatched")).inc()
+            return JSONResponse(
+                {"detail": "overloaded: too many requests in flight"},
+                status_code=503,
+                headers={"Retry-After": str(SHED_RETRY_AFTER_S)},
+            )
+        in_flight += 1
+        try:
+            return await call_next(request)
+        finally:
+            in_flight -= 1
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -191,10 +230,21 @@ def create_app(settings: Settings) -> FastAPI:
         incoming = body.turns if isinstance(body, TurnBatch) else [body]
         turns = [_owned_turn(t, i, tenant, limits) for i, t in enumerate(incoming)]
         topic = settings.topic(TURNS.name)
-        sends = [
-            await svc.producer.send(topic, t.to_bytes(), key=t.key.encode(), timestamp_ms=None) for t in turns
-        ]
-        await asyncio.gather(*sends)
+
+        async def send_all() -> None:
+            sends = [
+                await svc.producer.send(topic, t.to_bytes(), key=t.key.encode(), timestamp_ms=None)
+                for t in turns
+            ]
+            await asyncio.gather(*sends)
+
+        try:
+            # Bounded: with the broker gone, send() and the acks would wait out the producer's
+            # request timeout. A turn may still be delivered after the 503; a retry is then
+            # recognised by its turn_id and stored once.
+            await asyncio.wait_for(send_all(), SEND_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
         metrics.TURNS_ACCEPTED.labels(tenant).inc(len(turns))
         return TurnsAccepted(accepted=len(turns), turn_ids=[t.turn_id for t in turns])
 

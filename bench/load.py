@@ -1,0 +1,379 @@
+"""The gateway under load: open-loop ingest and recall at rising rates, on loopback.
+
+    python bench/load.py [--rates 25,50,100,200,400] [--seconds 60 | --step-seconds S] --json
+
+Starts its own Tansu broker and `memstream up` (hash embedder, one worker, the gateway on a free
+port, 127.0.0.1 only, one API key whose rate limit cannot interfere), posts the turns of
+examples/sample.jsonl and waits until they are stored, then sends requests at a fixed arrival
+rate per step (open loop: a slow gateway shows up as queueing, 503 or timeouts, not as a lower
+send rate), alternating POST /v1/turns (one new turn, a new turn_id) and POST /v1/recall.
+Latency is measured from each request's scheduled send time, so client-side lag counts against
+the gateway rather than hiding it. Afterwards it waits until the pipeline has stored every
+accepted turn, stops it, and reads the units collection: accepted turns missing from it are lost.
+
+Every loop is bounded in count and time; every process it starts is stopped (its own process
+group), never looked up by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from memstream.broker import Broker, free_port
+from memstream.cli import fetch_status
+from memstream.embedders import make_embedder
+from memstream.settings import Settings
+from memstream.store import all_stores, open_shards, scroll_all
+from memstream.units import UNITS, unit_from_payload
+from streams.ingest import units_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "sample.jsonl"
+KEY = "load-bench-key-0123456789abcdef"
+TENANT = "bench"
+QUERIES = ["Where am I moving to?", "What happened last week?", "What do I like?", "When did I last travel?"]
+NOW = "2025-03-01T12:00:00Z"
+# Requests the load generator keeps open at once (open connections); see run_step.
+MAX_OUTSTANDING = 256
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000, 1)
+
+
+def sample_turns() -> list[dict[str, Any]]:
+    turns = []
+    for line in SAMPLE.read_text().splitlines():
+        turn = json.loads(line)
+        turn.pop("tenant", None)
+        turns.append(turn)
+    return turns
+
+
+async def run_step(
+    client: httpx.AsyncClient,
+    step: int,
+    rate: float,
+    seconds: float,
+    timeout: float,
+    base: list[dict[str, Any]],
+    max_outstanding: int,
+) -> dict[str, Any]:
+    """``rate`` requests per second for ``seconds`` at fixed arrival times; every request is
+    either answered, shed, or counted as a timeout/error within ``timeout``. An arrival while
+    ``max_outstanding`` requests are still open is not sent and is counted (``client_overflow``):
+    the generator's own limit, reported apart from the gateway's answers."""
+    n = max(1, round(rate * seconds))
+    users = sorted({t["user_id"] for t in base})
+    outcomes: list[tuple[str, str, float]] = []  # kind, outcome, latency from the scheduled time
+    lags: list[float] = []
+    accepted: list[str] = []
+    refused: list[str] = []
+    errors: Counter[str] = Counter()
+
+    async def one(i: int, scheduled: float) -> None:
+        lags.append(time.perf_counter() - scheduled)
+        if i % 2 == 0:
+            turn = {**base[(step * 7919 + i) % len(base)], "turn_id": f"load-{step}-{i}"}
+            kind, request = "turns", client.post("/v1/turns", json=turn)
+        else:
+            body = {"user_id": users[i % len(users)], "query": QUERIES[i % len(QUERIES)], "now": NOW}
+            kind, request = "recall", client.post("/v1/recall", json=body)
+        try:
+            async with asyncio.timeout(timeout):  # the whole request, not each phase
+                response = await request
+            outcome = str(response.status_code)
+        except (TimeoutError, httpx.TimeoutException):
+            outcome = "timeout"
+        except Exception as exc:  # connection refused or reset, protocol errors: counted, never raised
+            outcome = "error"
+            errors[type(exc).__name__] += 1
+        outcomes.append((kind, outcome, time.perf_counter() - scheduled))
+        if kind == "turns":
+            (accepted if outcome == "202" else refused).append(f"load-{step}-{i}")
+
+    tasks: list[asyncio.Task[None]] = []
+    overflow = 0  # arrivals not sent: the client already had max_outstanding requests open
+    t0 = time.perf_counter()
+    for i in range(n):
+        scheduled = t0 + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if len(tasks) - len(outcomes) >= max_outstanding:
+            overflow += 1
+            continue
+        tasks.append(asyncio.create_task(one(i, scheduled)))
+    sending = time.perf_counter() - t0
+    _, pending = await asyncio.wait(tasks, timeout=timeout + 10)
+    for task in pending:  # cannot happen with the client's own timeout; bounded regardless
+        task.cancel()
+    codes = Counter(outcome for _, outcome, _ in outcomes)
+    answered = [lat for _, outcome, lat in outcomes if outcome not in ("timeout", "error")]
+    ok = [lat for _, outcome, lat in outcomes if outcome.startswith("2")]
+    by_kind = {
+        kind: dict(Counter(outcome for k, outcome, _ in outcomes if k == kind))
+        for kind in ("turns", "recall")
+    }
+    return {
+        "rate": rate,
+        "seconds": round(seconds, 1),
+        "scheduled": n,
+        "sent": len(tasks),
+        "client_overflow": overflow,
+        "achieved_send_rate": round(len(tasks) / sending, 1) if sending > 0 else None,
+        "ok": sum(v for k, v in codes.items() if k.startswith("2")),
+        "429": codes["429"],
+        "503": codes["503"],
+        "other_status": sum(v for k, v in codes.items() if k[0] in "345" and k not in ("429", "503")),
+        "timeouts": codes["timeout"],
+        "errors": codes["error"] + len(pending),
+        "p50_ms": ms(percentile(answered, 50)),
+        "p95_ms": ms(percentile(answered, 95)),
+        "p99_ms": ms(percentile(answered, 99)),
+        "ok_p99_ms": ms(percentile(ok, 99)),
+        "max_ms": ms(max(answered)) if answered else None,
+        "client_lag_p99_ms": ms(percentile(lags, 99)),
+        "error_kinds": dict(errors),
+        "by_kind": by_kind,
+        "accepted_turn_ids": accepted,
+        "refused_turn_ids": refused,
+    }
+
+
+def gateway_counters(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(("memstream_gateway_shed_total", "memstream_gateway_rate_limited_total")):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def wait(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"memstream up exited ({proc.returncode}); see {log}")
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}; see {log}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to `memstream up` (it stops its worker and gateway), then its process group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # only what this run started: its own session
+
+
+def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: int | None) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="memstream-load-"))
+    base = sample_turns()
+    with Broker(free_port(), work / "tansu.log") as broker:
+        port = free_port()
+        env = {
+            **os.environ,
+            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+            "MEMSTREAM_TANSU_QUIRKS": "true",
+            "MEMSTREAM_DATA_DIR": str(work / "data"),
+            "MEMSTREAM_EMBEDDER": "hash",
+            "MEMSTREAM_METRICS_PORT": str(free_port()),
+            "MEMSTREAM_METRICS_HOST": "127.0.0.1",
+            "MEMSTREAM_GATEWAY_PORT": str(port),
+            "MEMSTREAM_GATEWAY_HOST": "127.0.0.1",
+            "MEMSTREAM_API_KEYS": json.dumps({KEY: TENANT}),
+            "MEMSTREAM_RATE_LIMIT_PER_S": "100000",
+            "MEMSTREAM_RATE_LIMIT_BURST": "100000",
+            "MEMSTREAM_LOG_LEVEL": "WARNING",
+            "MEMSTREAM_WORKERS": "1",
+        }
+        if max_in_flight is not None:
+            env["MEMSTREAM_GATEWAY_MAX_IN_FLIGHT"] = str(max_in_flight)
+        settings = Settings.from_env(env)
+        url = f"http://127.0.0.1:{port}"
+        log = work / "pipeline.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memstream.cli", "up"],
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        headers = {"Authorization": f"Bearer {KEY}"}
+        try:
+            wait(
+                lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 180, "readiness", proc, log
+            )
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
+                for i in range(0, len(base), 200):
+                    resp = c.post("/v1/turns", json={"turns": base[i : i + 200]})
+                    if resp.status_code != 202:
+                        raise SystemExit(f"preload refused: {resp.status_code} {resp.text[:300]}")
+            preload = len({t["turn_id"] for t in base})
+            wait(lambda: fetch_status(settings)["units_in_store"] >= preload, 300, "the preload", proc, log)
+            print(f"preloaded {preload} turns; stepping through {rates} req/s", file=sys.stderr, flush=True)
+
+            async def steps() -> list[dict[str, Any]]:
+                # As many connections as requests may be open: httpx never queues one in its pool
+                # (its pool is quadratic in waiters); arrivals past that are counted, not sent.
+                limits = httpx.Limits(
+                    max_connections=MAX_OUTSTANDING, max_keepalive_connections=MAX_OUTSTANDING
+                )
+                out = []
+                async with httpx.AsyncClient(
+                    base_url=url, headers=headers, timeout=httpx.Timeout(timeout), limits=limits
+                ) as client:
+                    for s, rate in enumerate(rates):
+                        out.append(
+                            await run_step(client, s, rate, step_seconds, timeout, base, MAX_OUTSTANDING)
+                        )
+                        r = out[-1]
+                        print(
+                            f"{rate:g} req/s: sent {r['sent']} (not sent {r['client_overflow']}) "
+                            f"ok {r['ok']} 429 {r['429']} 503 {r['503']} "
+                            f"timeouts {r['timeouts']} errors {r['errors']} p50/p95/p99 {r['p50_ms']}/"
+                            f"{r['p95_ms']}/{r['p99_ms']} ms",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        await asyncio.sleep(2)  # let the previous step's queue drain
+                return out
+
+            results = asyncio.run(steps())
+            counters = gateway_counters(url)
+            accepted = {i for r in results for i in r["accepted_turn_ids"]}
+            refused = {i for r in results for i in r["refused_turn_ids"]}
+            expected = preload + len(accepted)
+            t_drain = time.monotonic()
+            wait(
+                lambda: fetch_status(settings)["units_in_store"] >= expected,
+                300,
+                "every accepted turn to be stored",
+                proc,
+                log,
+            )
+            drain_s = time.monotonic() - t_drain
+            time.sleep(3)  # turns refused by a 503/timeout may still land (the gateway says so)
+        finally:
+            stop(proc)
+
+        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+        stored = {
+            unit_from_payload(h.payload).turn_id
+            for store in all_stores(shards, settings.topic_partitions)
+            for h in scroll_all(store, UNITS)
+        }
+        shards.close()
+
+    steps_out = []
+    for r in results:
+        ids = set(r.pop("accepted_turn_ids"))
+        r.pop("refused_turn_ids")
+        r["accepted_turns"] = len(ids)
+        r["lost_turns"] = len(ids - stored)
+        steps_out.append(r)
+    sustained = [
+        r["rate"]
+        for r in steps_out
+        if r["p99_ms"] is not None
+        and r["p99_ms"] < 100
+        and r["timeouts"] == 0
+        and r["errors"] == 0
+        and r["503"] == 0
+        and r["429"] == 0
+        and r["client_overflow"] == 0
+    ]
+    shed_total = sum(v for k, v in counters.items() if k.startswith("memstream_gateway_shed_total"))
+    return {
+        "rates": rates,
+        "step_seconds": step_seconds,
+        "client_timeout_s": timeout,
+        "gateway_max_in_flight": settings.gateway_max_in_flight,
+        "mix": "alternating POST /v1/turns (one new turn) and POST /v1/recall",
+        "preloaded_turns": preload,
+        "steps": steps_out,
+        "sustained_rate_p99_under_100ms": max(sustained) if sustained else None,
+        "shed": {
+            "503": sum(r["503"] for r in steps_out),
+            "429": sum(r["429"] for r in steps_out),
+            "gateway_counters": counters,
+            "gateway_shed_total": shed_total,
+        },
+        "accepted_turns": len(accepted),
+        "lost_turns": len(accepted - stored),
+        "refused_turns_stored_anyway": len(refused & stored),
+        "drain_s": round(drain_s, 1),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus (shared with other processes), "
+        f"{platform.python_implementation()} {platform.python_version()}",
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="25,50,100,200,400", help="requests per second per step")
+    p.add_argument("--seconds", type=float, default=60.0, help="total load time, split across the steps")
+    p.add_argument("--step-seconds", type=float, default=None, help="seconds per step (overrides --seconds)")
+    p.add_argument("--timeout", type=float, default=5.0, help="client timeout per request (default 5 s)")
+    p.add_argument("--max-in-flight", type=int, default=None, help="MEMSTREAM_GATEWAY_MAX_IN_FLIGHT")
+    p.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
+    args = p.parse_args()
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    if not rates or any(r <= 0 for r in rates):
+        p.error("--rates: positive numbers, comma-separated")
+    step_seconds = args.step_seconds or args.seconds / len(rates)
+    result = run(rates, step_seconds, args.timeout, args.max_in_flight)
+    if args.json:
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        return
+    print("| rate | sent | ok | 429 | 503 | timeouts/errors | p50 ms | p95 ms | p99 ms | lost |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in result["steps"]:
+        print(
+            f"| {r['rate']:g} | {r['sent']} | {r['ok']} | {r['429']} | {r['503']} | "
+            f"{r['timeouts'] + r['errors']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | "
+            f"{r['lost_turns']} |"
+        )
+    print(
+        "sustained (p99 < 100 ms, nothing shed or timed out): "
+        f"{result['sustained_rate_p99_under_100ms']} req/s"
+    )
+    print(f"lost turns: {result['lost_turns']} of {result['accepted_turns']} accepted")
+
+
+if __name__ == "__main__":
+    main()
