@@ -70,6 +70,7 @@ from schemas.topics import (
     WINDOWS,
     TopicSpec,
 )
+from streams.consumer import RewindingConsumer
 from streams.ingest import Incoming, IngestProcessor, dead_letter
 from streams.validation import Rejection
 
@@ -167,6 +168,8 @@ class Readiness:
 
 def build_app(settings: Settings, processor: IngestProcessor, consolidation: Consolidation) -> faust.App:
     app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
+    # faust takes the consumer class from its transport; see streams/consumer.py (no skipped records).
+    app.transport.Consumer = RewindingConsumer  # type: ignore[misc]
     readiness = Readiness()
     app.on_partitions_assigned.connect(readiness.assigned)  # type: ignore[arg-type]
 

@@ -94,11 +94,6 @@ def committed(settings: Settings, topic: str) -> dict[int, int | None]:
 # --- a worker killed with SIGKILL mid-replay ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open bug (docs/reliability.md): after the restart, a partition the killed worker never "
-    "committed is read from its end, not its beginning: the uncommitted records are skipped",
-)
 def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, tmp_path: Path) -> None:
     t_start = time.monotonic()
     pipeline = make_pipeline(broker, tmp_path, MEMSTREAM_WORKERS="2", MEMSTREAM_METRICS_PORT=metrics_ports(2))
