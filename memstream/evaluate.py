@@ -40,7 +40,7 @@ from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
 from memstream.recall import rank
-from memstream.recall.engine import _unit_item, recall
+from memstream.recall.engine import recall, unit_item
 from memstream.settings import Settings
 from memstream.store.base import Filter, SearchQuery, VectorStore
 from memstream.store.shards import EdgeShards
@@ -157,7 +157,7 @@ def flat_hybrid_ranking(store: VectorStore, embedder: Embedder, q: Question) -> 
     flt = Filter(equals={USER_FIELD: q.user_key})
     everything = max(store.count(UNITS, flt), 1)
     hits = store.search_many(UNITS, [SearchQuery(vector, everything, flt)])[0]
-    units = [_unit_item(h.payload, h.score) for h in hits]
+    units = [unit_item(h.payload, h.score) for h in hits]
     scored = list(zip(units, rank.leaf_scores(units, q.text, BASELINE_LAMBDA), strict=True))
     return [u for u, _ in rank.top(scored, len(scored))]
 

@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port
 from memstream.settings import Settings
+from memstream.store import VectorStore, open_shards, scroll_all
+from memstream.store.shards import all_stores
+from memstream.units import UNITS, unit_from_payload
+from schemas.events import Unit
+from schemas.memory import Memory
+from streams.ingest import units_spec
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
@@ -91,3 +98,36 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: 
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
+    """Every unit and memory in the stores of a stopped pipeline (the shards are free again)."""
+    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
+    try:
+        stores = all_stores(shards, settings.topic_partitions)
+        units = [unit_from_payload(h.payload) for s in stores for h in scroll_all(s, UNITS)]
+        memories = [memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)]
+    finally:
+        shards.close()
+    return units, memories
+
+
+@pytest.fixture(scope="session")
+def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
+    """One store with the sample turns ingested and consolidated (extractive, hash embedder), for
+    tests that only read it."""
+    from consumers import build_consolidation
+    from memstream.embedders.hashing import HashingEmbedder
+    from memstream.store.shards import EdgeShards
+    from tests.test_consolidation import consolidate, ingest
+
+    tmp = tmp_path_factory.mktemp("sample-memory")
+    settings = Settings(data_dir=tmp, embedder="hash")
+    embedder = HashingEmbedder(settings.hash_dim)
+    shards = EdgeShards(tmp / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    consolidate(
+        build_consolidation(settings, embedder, embedder.default_theta_sim),
+        shards.get(0),
+        ingest(settings, shards),
+    )
+    return shards.get(0)

@@ -25,7 +25,6 @@ import httpx
 import pytest
 from aiokafka import TopicPartition
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port, port_open
 from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
@@ -34,13 +33,11 @@ from memstream.kafka import ensure_topics, group_offsets, read_topic, settled, w
 from memstream.replay import ReplayReport, replay
 from memstream.sample import generate
 from memstream.settings import Settings
-from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, unit_from_payload
 from schemas.events import ConsolidationRequest
 from schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
-from streams.ingest import units_spec
 from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.conftest import stored as stored_points
 
 pytestmark = pytest.mark.integration
 
@@ -155,13 +152,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, 
     finally:
         pipeline.stop()
 
-    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
-    try:
-        stores = all_stores(shards, settings.topic_partitions)
-        units = [unit_from_payload(h.payload) for s in stores for h in scroll_all(s, UNITS)]
-        memories = [memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)]
-    finally:
-        shards.close()
+    units, memories = stored_points(settings)
 
     stored = Counter(f"{u.key}/{u.turn_id}" for u in units)
     lost = expected - set(stored)

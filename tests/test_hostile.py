@@ -52,9 +52,10 @@ from schemas.events import (
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import ALL_TOPICS
 from streams.ingest import Incoming, IngestProcessor, units_spec
-from streams.validation import Rejection, limits_from, validate
+from streams.validation import Rejection, validate
 from tests.openai_server import OpenAIServer
 from tests.test_llm import make_settings
+from tests.test_validation import LIMITS, NOW, good
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -329,22 +330,6 @@ def test_round_trip_strategies_cover_every_topic_model() -> None:
 
 
 # --- 2. the turns topic's validation on hostile bytes --------------------------------------------
-
-LIMITS = limits_from(262_144, "1970-01-01T00:00:00Z", 86_400, ZoneInfo("UTC"))
-NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)
-
-
-def good(**over: object) -> dict[str, object]:
-    turn: dict[str, object] = {
-        "tenant": "acme",
-        "user_id": "u1",
-        "session_id": "s1",
-        "turn_id": "t1",
-        "ts": "2026-11-20T10:00:00",
-        "messages": [{"speaker": "Ann", "role": "user", "content": "I ran 10k yesterday."}],
-    }
-    turn.update(over)
-    return turn
 
 
 def raw(**over: object) -> bytes:

@@ -18,20 +18,16 @@ from typing import Any
 import orjson
 import pytest
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker
 from memstream.datasets import RawRecord, read_records
 from memstream.kafka import read_topic, settled
 from memstream.replay import replay
 from memstream.sample import generate
-from memstream.store import all_stores, open_shards, scroll_all
 from memstream.tree import covers
-from memstream.units import UNITS, unit_from_payload
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
-from streams.ingest import units_spec
-from tests.conftest import LOCOMO, Pipeline, make_pipeline, wait_for
+from tests.conftest import LOCOMO, Pipeline, make_pipeline, stored, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -156,13 +152,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     finally:
         pipeline.stop()
 
-    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
-    try:
-        stores = all_stores(shards, settings.topic_partitions)
-        units = [unit_from_payload(h.payload) for store in stores for h in scroll_all(store, UNITS)]
-        memories = [memory_from_payload(h.payload) for store in stores for h in scroll_all(store, MEMORIES)]
-    finally:
-        shards.close()
+    units, memories = stored(settings)
 
     def topic(name: str) -> list[bytes]:
         return [v for _, v in asyncio.run(read_topic(settings, settings.topic(name)))]

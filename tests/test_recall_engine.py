@@ -4,36 +4,21 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from consumers import build_consolidation
-from consumers.memories import memories_spec
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
 from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
 from memstream.recall.time_intent import contains, distance
-from memstream.settings import Settings
 from memstream.store.base import VectorStore
-from memstream.store.shards import EdgeShards
-from streams.ingest import units_spec
-from tests.test_consolidation import TURNS, consolidate, ingest
+from tests.test_consolidation import TURNS
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
-    tmp: Path = tmp_path_factory.mktemp("recall")
-    settings = Settings(data_dir=tmp, embedder="hash")
-    embedder = HashingEmbedder(settings.hash_dim)
-    shards = EdgeShards(tmp / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
-    consolidate(
-        build_consolidation(settings, embedder, embedder.default_theta_sim),
-        shards.get(0),
-        ingest(settings, shards),
-    )
-    return shards.get(0)
+def store(sample_memory: VectorStore) -> VectorStore:
+    return sample_memory
 
 
 USER = TURNS[0].key

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers import build_consolidation
 from consumers.memories import memories_spec, memory_payload
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
@@ -28,16 +27,14 @@ from memstream.recall.tools import (
     order_and_page,
     run_tool,
 )
-from memstream.settings import Settings
 from memstream.store.base import Point, VectorStore
 from memstream.store.edge import EdgeStore
-from memstream.store.shards import EdgeShards
 from memstream.units import unit_payload
 from schemas.events import Unit, unit_id_for
 from schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
 from schemas.tools import TOOLS, OrderBy, TimeOp, ToolKind, ToolResult, openai_tools
 from streams.ingest import units_spec
-from tests.test_consolidation import TURNS, consolidate, ingest
+from tests.test_consolidation import TURNS
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)
 OPS: tuple[TimeOp, ...] = get_args(TimeOp)
@@ -553,17 +550,8 @@ def test_every_tool_returns_only_the_asked_users_items(
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[VectorStore, HashingEmbedder]:
-    tmp = tmp_path_factory.mktemp("tools-pipeline")
-    settings = Settings(data_dir=tmp, embedder="hash")
-    embedder = HashingEmbedder(settings.hash_dim)
-    shards = EdgeShards(tmp / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
-    consolidate(
-        build_consolidation(settings, embedder, embedder.default_theta_sim),
-        shards.get(0),
-        ingest(settings, shards),
-    )
-    return shards.get(0), embedder
+def pipeline(sample_memory: VectorStore) -> tuple[VectorStore, HashingEmbedder]:
+    return sample_memory, HashingEmbedder(384)
 
 
 def test_tools_on_pipeline_memory_stay_within_the_user(pipeline: tuple[VectorStore, HashingEmbedder]) -> None:

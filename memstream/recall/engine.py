@@ -110,7 +110,7 @@ def _candidates(
             for k, limit in zip(kinds, limits, strict=True)
         ],
     )
-    leaves = [_unit_item(h.payload, h.score) for h in units_hits]
+    leaves = [unit_item(h.payload, h.score) for h in units_hits]
     leaves += [item_of(memory_from_payload(h.payload), h.score) for hits in memory_hits[:-1] for h in hits]
     sessions = [item_of(memory_from_payload(h.payload), h.score) for h in memory_hits[-1]]
     return leaves, sessions
@@ -159,7 +159,7 @@ def _with_parent(item: rank.Item, session_of: dict[str, str]) -> rank.Item:
     return replace(item, parent_id=session_of[item.id])
 
 
-def _unit_item(payload: dict[str, Any], score: float) -> rank.Item:
+def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
     unit = unit_from_payload(payload)
     return rank.Item(
         id=unit.unit_id,

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from consumers.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.embedders.base import Embedder
 from memstream.recall import rank
-from memstream.recall.engine import _unit_item, item_of
+from memstream.recall.engine import item_of, unit_item
 from memstream.store.base import Filter, Hit, SearchQuery, VectorStore, scroll_all
 from memstream.units import UNITS, USER_FIELD
 from schemas.memory import Memory, MemoryKind, Triple
@@ -193,7 +193,7 @@ def _own(hits: Iterable[Hit], user_key: str) -> list[Hit]:
 
 
 def _corpus(unit_hits: Iterable[tuple[Hit, float]], memory_hits: Iterable[tuple[Hit, float]]) -> _Corpus:
-    items = [_unit_item(h.payload, score) for h, score in unit_hits]
+    items = [unit_item(h.payload, score) for h, score in unit_hits]
     triples: dict[str, Triple] = {}
     for h, score in memory_hits:
         memory = memory_from_payload(h.payload)
