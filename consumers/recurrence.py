@@ -7,17 +7,15 @@
    current facts; an equivalent fact gets the same id (uuid5 of user, triple and start day), so it
    is never stored twice; a time-anchored update invalidates the facts it supersedes.
 
-It only reads the store; the indexer applies the updates it returns, a little later. So that two
-requests in quick succession cannot both rewrite the same episode from its stored version (the
-second would drop the first's merge), the consolidator remembers the episodes it wrote recently
-and merges into the newest version it knows. A request already folded into memory (its id is on
-an episode) is skipped, so redelivery changes nothing.
+It only reads the store; the indexer applies the updates it returns, a little later. The app
+has a user's earlier updates indexed before it hands over the next request (consumers/own_writes.py),
+so the store shows the newest version of every episode. A request already folded into memory (its
+id is on an episode) is skipped, so redelivery changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -31,7 +29,6 @@ from schemas.events import ConsolidationRequest, Unit
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, memory_id
 
 RELATED_FACTS = 10  # current facts shown to the writer for de-duplication and supersession
-RECENT_EPISODES = 10_000  # episodes remembered until the indexer has surely caught up
 
 
 class RecurrenceConsolidator:
@@ -39,13 +36,10 @@ class RecurrenceConsolidator:
         self.embedder = embedder
         self.writer = writer
         self.theta_sim = theta_sim
-        self._recent: OrderedDict[str, Memory] = OrderedDict()  # memory_id -> newest version written
 
     async def handle(self, store: VectorStore, req: ConsolidationRequest) -> list[MemoryUpdate]:
         applied = Filter(equals={USER_FIELD: req.key, "request_ids": req.request_id})
-        if store.count(MEMORIES, applied) or any(
-            req.request_id in m.request_ids for m in self._recent.values()
-        ):
+        if store.count(MEMORIES, applied):
             return []
         units = sorted(
             (unit_from_payload(h.payload) for h in store.retrieve(UNITS, req.unit_ids)),
@@ -58,27 +52,15 @@ class RecurrenceConsolidator:
         vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in units])
         centroid = _normalized(vectors.mean(axis=0))
         near = nearest(store, centroid, current_of_user(req.key, MemoryKind.EPISODE), 1)
-        merge = self._newest(near[0][1]) if near and near[0][0] >= self.theta_sim else None
+        merge = near[0][1] if near and near[0][0] >= self.theta_sim else None
 
         drafts = await self.writer.episodes(scope, sources, memory_source(merge) if merge else None)
         updates: list[MemoryUpdate] = []
         for i, draft in enumerate(drafts):
             episode = self._episode(req, units, draft, merge, i)
-            self._remember(episode)
             updates.append(upsert(episode))
             updates += await self._facts(store, scope, req, units, sources, draft, episode)
         return updates
-
-    def _newest(self, stored: Memory) -> Memory:
-        recent = self._recent.get(stored.memory_id)
-        # Merges only add request ids: the version with more of them is the newer one.
-        return recent if recent is not None and len(recent.request_ids) >= len(stored.request_ids) else stored
-
-    def _remember(self, episode: Memory) -> None:
-        self._recent[episode.memory_id] = episode
-        self._recent.move_to_end(episode.memory_id)
-        while len(self._recent) > RECENT_EPISODES:
-            self._recent.popitem(last=False)
 
     def _episode(
         self, req: ConsolidationRequest, units: list[Unit], draft: EpisodeDraft, merge: Memory | None, i: int

@@ -123,3 +123,14 @@ def snapshot() -> dict[str, dict[str, float]]:
                 if sample.name.endswith("_total"):
                     values["/".join(sample.labels.values()) or "all"] = sample.value
     return out
+
+
+OWN_WRITES_WAIT = Histogram(
+    "memstream_own_writes_wait_seconds",
+    "Time consolidation waited for its earlier updates of a user to be indexed before reading",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+OWN_WRITES_TIMEOUTS = Counter(
+    "memstream_own_writes_timeouts",
+    "Times consolidation stopped waiting for its earlier updates to be indexed (index role behind or down)",
+)

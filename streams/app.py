@@ -70,12 +70,14 @@ from schemas.topics import (
     WINDOWS,
     TopicSpec,
 )
-from streams.consumer import RewindingConsumer
+from streams.consumer import RewindingConsumer, TansuConsumer
 from streams.ingest import Incoming, IngestProcessor, dead_letter
 from streams.validation import Rejection
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
+MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
+DEFER_HOLD_S = 5.0  # deferred work due within this is waited for in place, later work re-queued
 
 
 def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
@@ -113,6 +115,15 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": settings.commit_interval_s,
         "topic_allow_declare": True,
+        # faust stops fetching a partition once its agent's buffer is 80 % full (mode's
+        # FlowControlQueue), but what was fetched is still delivered, and a delivery into a full
+        # buffer blocks the delivery of every record, to every agent. With a long backlog that
+        # stalled a worker with every role: consolidation waits for its own updates to be indexed
+        # (consumers/own_writes.py), the index agent never got them, one 30 s timeout per request
+        # (bench/soak.py, 100,000 turns). At most MAX_POLL_RECORDS per fetch, at most one fetch per
+        # partition after the pause: the remaining 20 % of the buffer must hold them.
+        "broker_max_poll_records": MAX_POLL_RECORDS,
+        "stream_buffer_maxsize": max(4096, 5 * settings.topic_partitions * MAX_POLL_RECORDS),
     }
     if settings.tansu_quirks:
         # Tansu (test/dev broker) reports wrong end offsets for multi-record batches and
@@ -168,8 +179,9 @@ class Readiness:
 
 def build_app(settings: Settings, processor: IngestProcessor, consolidation: Consolidation) -> faust.App:
     app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
-    # faust takes the consumer class from its transport; see streams/consumer.py (no skipped records).
-    app.transport.Consumer = RewindingConsumer  # type: ignore[misc]
+    # faust takes the consumer class from its transport; see streams/consumer.py (no skipped
+    # records; short fetch waits against Tansu).
+    app.transport.Consumer = TansuConsumer if settings.tansu_quirks else RewindingConsumer  # type: ignore[misc]
     readiness = Readiness()
     app.on_partitions_assigned.connect(readiness.assigned)  # type: ignore[arg-type]
 
@@ -260,7 +272,13 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             trigger = "recurrence"
         try:
             store = processor.shards.get(event.message.partition)
-            updates = await until_available(lambda: work(store, record), "consolidate", asyncio.sleep)
+
+            async def attempt() -> list[MemoryUpdate]:
+                # This user's earlier updates first: decisions must not depend on the indexer's pace.
+                await consolidation.own_writes.visible(store, key.decode("utf-8", "replace"))
+                return await work(store, record)
+
+            updates = await until_available(attempt, "consolidate", asyncio.sleep)
         except (BudgetExhausted, LLMUnavailable) as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
             later = _deferred(source, key, value, exc, now, settings.defer_retry_s)
@@ -275,6 +293,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             metrics.MEMORY_UPDATES.labels(u.op.value, u.memory.kind.value if u.memory else "-").inc()
         metrics.CONSOLIDATIONS.labels(trigger, "done" if updates else "nothing").inc()
         await publish((MEMORY_UPDATES, updates))
+        consolidation.own_writes.published(updates)
         return True
 
     user_tables = [window_state]  # per-user state a DELETE must clear
@@ -364,8 +383,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
         @app.agent(topic(DEFERRED))
         async def retry_deferred(stream: faust.StreamT) -> None:
-            # In order per partition: waiting for one record holds back the later ones, which were
-            # deferred later and are mostly due no earlier (same delay, or the same budget reset).
+            # In order per partition. A record due soon is waited for in place; one due later (a
+            # spent budget waits for UTC midnight) goes back to the end of its partition, so that
+            # it holds up neither the records behind it (another tenant's retry) nor a stop.
             async for event in stream.events():
                 try:
                     deferred = Deferred.from_bytes(event.value)
@@ -373,7 +393,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
                     await publish((DEAD_LETTER, [dead]))
                     continue
-                await asyncio.sleep(max(0.0, deferred.not_before.timestamp() - processor.clock()))
+                wait = deferred.not_before.timestamp() - processor.clock()
+                if wait > DEFER_HOLD_S:
+                    await asyncio.sleep(1.0)  # paced: a partition of waiting records cycles once a second
+                    await publish((DEFERRED, [deferred]))
+                    continue
+                await asyncio.sleep(max(0.0, wait))
                 if deferred.source_topic == DURATIVE:
 
                     async def durative(store: VectorStore, window: Record) -> list[MemoryUpdate]:
@@ -397,6 +422,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 await publish((DEAD_LETTER, [dead]))
                 continue
             key = stone.key.encode()
+            consolidation.own_writes.forget(stone.key)
             for table in user_tables:
                 if key in table:
                     del table[key]
@@ -414,20 +440,31 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         """Partitions of the turns topic this worker processes now."""
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == turns_name}
 
+    # Partitions whose store this worker holds: those of any data topic it is assigned (a worker may
+    # run only some of the roles). Kept here rather than read from the consumer, which still lists
+    # revoked partitions until the next assignment: opening one of their stores then (a gateway
+    # read, /status) would keep it from its next owner.
+    holding: set[int] = set()
+
     def held() -> set[int]:
-        """Partitions whose store this worker holds: those of any data topic it is assigned."""
-        return {tp.partition for tp in app.consumer.assignment() if tp.topic in data_topics}
+        return set(holding)
+
+    def take_stores(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        holding.clear()
+        holding.update(tp.partition for tp in assigned if tp.topic in data_topics)
 
     def release_stores(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         # Sent after faust has waited for in-flight batches; the partitions' next owner opens
-        # their stores. Every data topic counts: a worker may run only some of the roles.
+        # their stores.
         gone = sorted({tp.partition for tp in revoked if tp.topic in data_topics})
+        holding.difference_update(gone)
         processor.shards.release(gone)
         for partition in gone:
             metrics.CONSUMER_LAG.remove(turns_name, str(partition))
 
     # mode's annotation of connect() is a union of callables that mypy cannot match a def against.
     app.on_partitions_revoked.connect(release_stores)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(take_stores)  # type: ignore[arg-type]
 
     if "ingest" in settings.roles:
 
@@ -476,7 +513,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             for m in metrics.CONSUMER_LAG.collect()
             for s in m.samples
         }
-        body = {**processor.status(), "partitions": sorted(held()), "lag": lag}
+        partitions = sorted(held())
+        body = {**processor.status(partitions), "partitions": partitions, "lag": lag}
         return web.bytes(orjson.dumps(body), content_type="application/json")
 
     @app.page("/store/{partition}/{op}")
@@ -485,10 +523,11 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         embedded store no other process may open a partition's shard."""
 
         async def post(self, request: Any, partition: str, op: str) -> Any:
+            query = await request.read()  # first: no await between the check and the store's use
             if not partition.isdigit() or int(partition) not in held():
                 return self.error(409, f"partition {partition} is not held here")
             try:
-                body = serve(processor.shards.get(int(partition)), op, await request.read())
+                body = serve(processor.shards.get(int(partition)), op, query)
             except ValueError as exc:
                 return self.error(400, str(exc))
             return self.bytes(body, content_type="application/json")

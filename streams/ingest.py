@@ -135,15 +135,18 @@ class IngestProcessor:
             )
         return result
 
-    def status(self) -> dict[str, Any]:
-        """What the pipeline has done since this process started, and what the store holds."""
+    def status(self, partitions: Iterable[int]) -> dict[str, Any]:
+        """What the pipeline has done since this process started, and what the stores of the
+        ``partitions`` it holds hold (opened if need be: after a rebalance a partition's store
+        is otherwise opened with its next record)."""
+        stores = {id(s): s for s in (self.shards.get(p) for p in partitions)}
         return {
             "config": {
                 "embedder": self.embedder.name,
                 "theta_sim": self.theta_sim,
                 "theta_count": self.settings.theta_count,
             },
-            "units_in_store": sum(s.count(UNITS) for s in self.shards.opened()),
+            "units_in_store": sum(s.count(UNITS) for s in stores.values()),
             **metrics.snapshot(),
         }
 

@@ -1,0 +1,226 @@
+"""Two replicas of every role give the same memory as one, also when one worker is killed.
+
+The same turns go through two deployments against the real Tansu broker, each in its own topics,
+consumer group and data dir:
+
+* one: one `memstream up` worker (every role) and its gateway;
+* two: two `memstream up` processes of one worker each (every role; one consumer group, so they
+  share the partitions like two pods of each role) and two `memstream gateway` replicas. Batches
+  alternate between the gateways; halfway through, one worker is killed with SIGKILL and not
+  restarted: the survivor takes its partitions.
+
+Batches are posted one after another (each acknowledged before the next), so every user's turns
+keep their order in both deployments. The idle timer is set long enough not to fire: windows
+closing on the wall clock would make the outcome depend on timing rather than on the turns.
+Compared: every unit, every memory (whole records; ids are deterministic), and recall answers
+for each user through every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from memstream.broker import Broker, free_port
+from memstream.cli import fetch_status
+from memstream.kafka import settled
+from memstream.sample import generate
+from memstream.settings import Settings
+from tests.conftest import Pipeline, make_pipeline, stored, wait_for
+from tests.test_faults import children
+
+pytestmark = pytest.mark.integration
+
+KEY = "replica-test-key-0123456789"
+TURNS = [orjson.loads(t.model_dump_json(exclude={"tenant"})) for t in generate(users=6, days=30, seed=11)]
+BATCH = 40
+QUERIES = ["What do I like to do?", "What happened last week?", "Where did I travel?"]
+NOW = "2025-02-10T12:00:00Z"
+Recalls = dict[tuple[str, str], list[dict[str, Any]]]  # (user, query) -> items
+
+
+@dataclass
+class Outcome:
+    units: dict[str, dict[str, Any]]
+    memories: dict[str, dict[str, Any]]
+    recalls: list[Recalls]  # one per gateway
+    seconds: float
+
+
+def overrides(gateway_port: int) -> dict[str, str]:
+    return {
+        "MEMSTREAM_WORKERS": "1",
+        "MEMSTREAM_GATEWAY_PORT": str(gateway_port),
+        "MEMSTREAM_API_KEYS": orjson.dumps({KEY: "demo"}).decode(),
+        "MEMSTREAM_RATE_LIMIT_PER_S": "1000",
+        "MEMSTREAM_RATE_LIMIT_BURST": "1000",
+        "MEMSTREAM_IDLE_CLOSE_S": "3600",
+    }
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def gateway(env: dict[str, str], log: Path) -> Iterator[str]:
+    """A `memstream gateway` replica on a free port; its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstream.cli", "gateway", "--port", str(port)],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def post_all(urls: list[str], halfway: Any = None) -> None:
+    """Every turn, in batches alternating between the gateways; ``halfway()`` between the halves."""
+    batches = [TURNS[i : i + BATCH] for i in range(0, len(TURNS), BATCH)]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(timeout=60, headers=headers) as client:
+        for i, batch in enumerate(batches):
+            if i == len(batches) // 2 and halfway:
+                halfway()
+            url = urls[i % len(urls)]
+            r = client.post(f"{url}/v1/turns", json={"turns": batch})
+            assert r.status_code == 202, r.text
+
+
+def recall(url: str) -> Recalls:
+    users = sorted({t["user_id"] for t in TURNS})
+    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as client:
+        out = {}
+        for user in users:
+            for query in QUERIES:
+                r = client.post(f"{url}/v1/recall", json={"user_id": user, "query": query, "now": NOW})
+                assert r.status_code == 200, r.text
+                out[(user, query)] = r.json()["items"]
+        return out
+
+
+def settle(settings: Settings) -> None:
+    """Every turn stored (the worker's /status), then every topic after ingest consumed."""
+
+    def units() -> int:
+        try:
+            return int(fetch_status(settings, timeout=5)["units_in_store"])
+        except OSError:
+            return -1
+
+    wait_for(lambda: units() == len(TURNS), 180, "every turn to be stored")
+    wait_for(lambda: asyncio.run(settled(settings)), 180, "consolidation to settle")
+
+
+def outcome(settings: Settings, recalls: list[Recalls], t0: float) -> Outcome:
+    units, memories = stored(settings)
+    return Outcome(
+        units={u.unit_id: u.model_dump() for u in units},
+        memories={m.memory_id: m.model_dump() for m in memories},
+        recalls=recalls,
+        seconds=time.monotonic() - t0,
+    )
+
+
+def run_one(broker: Broker, tmp: Path) -> Outcome:
+    t0 = time.monotonic()
+    port = free_port()
+    pipeline = make_pipeline(broker, tmp, **overrides(port)).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: ready(url), 120, "the gateway to be ready")
+        post_all([url])
+        settle(pipeline.settings)
+        recalls = [recall(url)]
+    finally:
+        pipeline.stop()
+    return outcome(pipeline.settings, recalls, t0)
+
+
+def run_two(broker: Broker, tmp: Path) -> tuple[Outcome, dict[str, Any]]:
+    t0 = time.monotonic()
+    base = make_pipeline(broker, tmp, **overrides(0))
+    ports = [free_port(), free_port()]
+    envs = [{**base.env, "MEMSTREAM_METRICS_PORT": str(p)} for p in ports]
+    workers = [Pipeline(Settings.from_env(e), e, tmp / f"worker-{i}.log") for i, e in enumerate(envs)]
+    gateway_env = {**base.env, "MEMSTREAM_WORKER_URLS": ",".join(f"http://127.0.0.1:{p}" for p in ports)}
+    facts: dict[str, Any] = {}
+    with ExitStack() as stack:
+        for w in workers:
+            stack.callback(w.stop)
+            w.start()
+        urls = [stack.enter_context(gateway(gateway_env, tmp / f"gateway-{i}.log")) for i in range(2)]
+        wait_for(lambda: all(ready(u) for u in urls), 180, "both gateways to be ready")
+        wait_for(
+            lambda: all(fetch_status(w.settings, timeout=5)["partitions"] for w in workers),
+            60,
+            "each worker to hold a partition",
+        )
+
+        def kill_one() -> None:
+            victim = workers[0]
+            assert victim.proc is not None
+            facts["stored_at_kill"] = fetch_status(victim.settings)["units_in_store"]
+            # One worker and no gateway: `memstream up` is the worker itself, no supervisor.
+            assert not children(victim.proc.pid)
+            victim.proc.send_signal(signal.SIGKILL)
+            facts["exit"] = victim.proc.wait(timeout=60)
+            facts["t_kill"] = time.monotonic()
+
+        post_all(urls, halfway=kill_one)
+        survivor = workers[1]
+        settle(survivor.settings)
+        facts["recovered_s"] = time.monotonic() - facts.pop("t_kill")
+        facts["survivor_partitions"] = fetch_status(survivor.settings)["partitions"]
+        wait_for(lambda: all(ready(u) for u in urls), 60, "both gateways to be ready again")
+        recalls = [recall(u) for u in urls]
+    return outcome(base.settings, recalls, t0), facts
+
+
+def test_two_replicas_of_every_role_with_one_killed_give_the_same_memory_as_one(
+    broker: Broker, tmp_path: Path
+) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = run_one(broker, tmp_path / "one")
+    two, facts = run_two(broker, tmp_path / "two")
+    differing = [k for k in one.memories.keys() & two.memories.keys() if one.memories[k] != two.memories[k]]
+    print(
+        f"\nreplicas: {len(TURNS)} turns; one worker + one gateway: {len(one.units)} units, "
+        f"{len(one.memories)} memories, {one.seconds:.0f}s; two of each, one worker killed at "
+        f"{facts['stored_at_kill']} of its units stored: {len(two.units)} units, {len(two.memories)} "
+        f"memories, survivor held partitions {facts['survivor_partitions']}, settled "
+        f"{facts['recovered_s']:.1f}s after the kill, {two.seconds:.0f}s; memories only in one "
+        f"{len(one.memories.keys() - two.memories.keys())}, only in two "
+        f"{len(two.memories.keys() - one.memories.keys())}, differing {len(differing)}"
+    )
+    assert facts["exit"] == -signal.SIGKILL
+    assert facts["survivor_partitions"] == [0, 1]
+    assert len(one.units) == len(TURNS)
+    assert two.units == one.units
+    assert one.memories and two.memories == one.memories
+    assert all(r == one.recalls[0] for r in two.recalls)
