@@ -6,6 +6,11 @@ queued with :meth:`OpenAIServer.fail` and consumed one per request, before the r
 
     server.fail(Failure(429, retry_after_s=0.01), Failure(500), Failure(delay_s=1.0))
 
+A time-based outage of the chat route instead: until ``deadline`` (``time.monotonic()``), each chat
+request gets the next entry of a cycle (None: answered normally); phases run one after another:
+
+    server.fail_until(time.monotonic() + 60, Failure(429, retry_after="1"), Failure(500), Failure(delay_s=3))
+
 Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body):
 
 * ``/v1/embeddings``: deterministic bag-of-words vectors (``embed``);
@@ -15,20 +20,26 @@ Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body):
   across the request's messages, completion tokens = words of the content (each at least 1).
   ``server.usage_totals`` sums what the server actually answered (a request whose client timed out
   during a delay is not answered, so not counted); ``server.chat_delay_s`` delays every chat answer
-  and ``server.max_in_flight`` is the most chat requests it was serving at once.
+  and ``server.max_in_flight`` is the most chat requests it was serving at once (a request whose
+  client closed the connection, i.e. timed out, no longer counts: it is dropped from ``in_flight``
+  as soon as that is seen, at the latest when the next chat request arrives).
+  ``server.chat_tokens`` lists each answered chat call's prompt + completion tokens;
+  ``server.failures_served`` counts the scripted failures by kind: ``"429"``, ``"500"``, ...,
+  ``"timeout"`` (the client gave up during the delay) and ``"slow"`` (it waited and was answered).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 import select
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,6 +63,7 @@ class Failure:
     status: int | None = None
     retry_after_s: float | None = None
     delay_s: float = 0.0
+    retry_after: str | None = None  # a ``Retry-After`` header, as sent (seconds or an HTTP date)
 
 
 class ApiError(Exception):
@@ -85,6 +97,12 @@ class OpenAIServer:
         self.usage_totals = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.in_flight = 0
         self.max_in_flight = 0
+        self.chat_tokens: list[int] = []
+        self.failures_served: Counter[str] = Counter()
+        self._chats: dict[int, socket.socket | None] = {}  # chat requests being served
+        self._chat_ids = itertools.count()
+        self._phases: deque[tuple[float, tuple[Failure | None, ...]]] = deque()
+        self._phase_calls = 0
         self._failures: deque[Failure] = deque()
         self._replies: deque[str] = deque()
         self._lock = threading.Lock()
@@ -102,6 +120,15 @@ class OpenAIServer:
     def fail(self, *failures: Failure) -> None:
         with self._lock:
             self._failures.extend(failures)
+
+    def fail_until(self, deadline: float, *cycle: Failure | None) -> None:
+        """Until ``deadline`` (``time.monotonic()``), answer each chat request with the next entry of
+        ``cycle``, round and round (None: answer normally). Phases queue: the next one starts when
+        this one's deadline passes. Queued :meth:`fail` failures go first."""
+        if not cycle:
+            raise ValueError("a phase needs at least one entry")
+        with self._lock:
+            self._phases.append((deadline, cycle))
 
     def reply(self, *contents: str) -> None:
         """Queue chat answer contents, consumed one per answered chat request."""
@@ -122,16 +149,42 @@ class OpenAIServer:
         """Record a request; the scripted failure to answer it with, if any."""
         with self._lock:
             self.requests.append((path, body))
-            return self._failures.popleft() if self._failures else None
+            if self._failures:
+                return self._failures.popleft()
+            if path != CHAT_PATH:
+                return None
+            now = time.monotonic()
+            while self._phases and self._phases[0][0] <= now:
+                self._phases.popleft()
+                self._phase_calls = 0
+            if not self._phases:
+                return None
+            cycle = self._phases[0][1]
+            self._phase_calls += 1
+            return cycle[(self._phase_calls - 1) % len(cycle)]
 
-    def enter_chat(self) -> None:
+    def enter_chat(self, connection: socket.socket | None = None) -> int:
+        """A chat request starts being served; the id to pass to :meth:`exit_chat`. Requests whose
+        client has closed its connection (timed out) are dropped first: the client may already have
+        sent the request that replaces it."""
         with self._lock:
-            self.in_flight += 1
+            for key, conn in list(self._chats.items()):
+                if conn is not None and _closed_by_peer(conn):
+                    del self._chats[key]
+            key = next(self._chat_ids)
+            self._chats[key] = connection
+            self.in_flight = len(self._chats)
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return key
 
-    def exit_chat(self) -> None:
+    def exit_chat(self, key: int) -> None:
         with self._lock:
-            self.in_flight -= 1
+            self._chats.pop(key, None)
+            self.in_flight = len(self._chats)
+
+    def served(self, kind: str) -> None:
+        with self._lock:
+            self.failures_served[kind] += 1
 
     def _chat(self, body: Json) -> Json:
         messages = body.get("messages")
@@ -151,6 +204,7 @@ class OpenAIServer:
             self.usage_totals["prompt_tokens"] += prompt
             self.usage_totals["completion_tokens"] += completion
             self.usage_totals["calls"] += 1
+            self.chat_tokens.append(prompt + completion)
             n = self.usage_totals["calls"]
         return {
             "id": f"chatcmpl-test{n}",
@@ -210,26 +264,31 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 return
             failure = server.record(self.path, body)
             chat = self.path == CHAT_PATH
-            if chat:
-                server.enter_chat()
+            key = server.enter_chat(self.connection) if chat else None
             try:
                 self._answer(body, failure, server.chat_delay_s if chat else 0.0)
             finally:
-                if chat:
-                    server.exit_chat()
+                if key is not None:
+                    server.exit_chat(key)
 
         def _answer(self, body: Json, failure: Failure | None, delay_s: float) -> None:
             delay_s += failure.delay_s if failure is not None else 0.0
-            time.sleep(delay_s)
+            if delay_s and self._wait(delay_s):
+                self.close_connection = True  # it timed out: nothing is answered (or counted)
+                if failure is not None:
+                    server.served("timeout")
+                return
             if failure is not None and failure.status is not None:
                 headers = {}
                 if failure.retry_after_s is not None:
                     headers["Retry-After-Ms"] = str(round(failure.retry_after_s * 1000))
+                if failure.retry_after is not None:
+                    headers["Retry-After"] = failure.retry_after
+                server.served(str(failure.status))
                 self._send(failure.status, _error(failure.status, "scripted failure"), headers)
                 return
-            if delay_s and self._client_gone():
-                self.close_connection = True  # it timed out: nothing is answered (or counted)
-                return
+            if failure is not None:
+                server.served("slow" if failure.delay_s else "ok")
             route = server.routes.get(self.path)
             try:
                 if route is None:
@@ -238,13 +297,20 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             except ApiError as exc:
                 self._send(exc.status, _error(exc.status, str(exc)))
 
-        def _client_gone(self) -> bool:
-            """The client closed the connection (it gave up waiting)."""
-            try:
-                readable, _, _ = select.select([self.connection], [], [], 0)
-                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-            except OSError:
-                return True
+        def _wait(self, delay_s: float) -> bool:
+            """Wait ``delay_s``; True as soon as the client closes the connection (it gave up)."""
+            deadline = time.monotonic() + delay_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], left)
+                except OSError:
+                    return True
+                if readable:
+                    if _closed_by_peer(self.connection):
+                        return True
+                    time.sleep(left)  # it sent more (not expected): just wait
+                    break
+            return _closed_by_peer(self.connection)
 
         def _send(self, status: int, payload: Json, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
@@ -263,6 +329,17 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             pass  # keep test output clean
 
     return Handler
+
+
+def _closed_by_peer(connection: socket.socket) -> bool:
+    """The client closed this connection (it gave up waiting); never blocks."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _error(status: int, message: str) -> Json:

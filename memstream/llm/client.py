@@ -178,14 +178,11 @@ class LLMClient:
     ) -> ChatResult[T]:
         """Ask for a JSON object and validate it as ``response_model``; one repair call if invalid.
 
-        Raises BudgetExhausted (before any HTTP call), LLMUnavailable, InvalidOutput or LLMError.
+        Raises BudgetExhausted (before any HTTP call, or before a retry or the repair once the budget
+        is spent), LLMUnavailable, InvalidOutput or LLMError.
         """
         cfg = self.config(stage)
-        try:
-            self.budget.check(tenant, self._clock())
-        except BudgetExhausted:
-            self._count(stage, cfg, tenant, "budget")
-            raise
+        self._check_budget(stage, cfg, tenant)
         first = await self._complete(stage, cfg, tenant, messages)
         try:
             value = response_model.model_validate_json(first.content)
@@ -223,7 +220,7 @@ class LLMClient:
         for attempt in range(retries + 1):
             wait: float | None = None
             try:
-                response = await self._create(stage, cfg, messages)
+                response = await self._create(stage, cfg, tenant, messages)
             except openai.APIStatusError as exc:
                 if exc.status_code != 429 and exc.status_code < 500:
                     self._count(stage, cfg, tenant, "failed")
@@ -251,9 +248,16 @@ class LLMClient:
         assert last_error is not None
         raise LLMUnavailable(stage, retries + 1, last_error)
 
-    async def _create(self, stage: str, cfg: StageConfig, messages: list[dict[str, str]]) -> ChatCompletion:
+    async def _create(
+        self, stage: str, cfg: StageConfig, tenant: str, messages: list[dict[str, str]]
+    ) -> ChatCompletion:
         client = self._client(cfg)
         async with self._slots():
+            # Checked again with the slot held, right before each request (retries and the repair
+            # included): a request only starts while the tenant is under budget, and at most
+            # llm_concurrency are in flight, so a day's spend stays below budget + llm_concurrency
+            # calls (each is billed on return, with no await between the slot's release and the bill).
+            self._check_budget(stage, cfg, tenant)
             metrics.LLM_IN_FLIGHT.inc()
             started = time.perf_counter()
             try:
@@ -286,6 +290,13 @@ class LLMClient:
         # No choice or no content (a refusal) is invalid output like any other: the repair handles it.
         content = response.choices[0].message.content if response.choices else None
         return _Completion(content or "", prompt, completion, response.model or cfg.model)
+
+    def _check_budget(self, stage: str, cfg: StageConfig, tenant: str) -> None:
+        try:
+            self.budget.check(tenant, self._clock())
+        except BudgetExhausted:
+            self._count(stage, cfg, tenant, "budget")
+            raise
 
     def _count(self, stage: str, cfg: StageConfig, tenant: str, outcome: str) -> None:
         metrics.LLM_CALLS.labels(stage, cfg.model, tenant, outcome).inc()
