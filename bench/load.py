@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,10 @@ QUERIES = ["Where am I moving to?", "What happened last week?", "What do I like?
 NOW = "2025-03-01T12:00:00Z"
 # Requests the load generator keeps open at once (open connections); see run_step.
 MAX_OUTSTANDING = 256
+# A keep-alive connection idle longer than this is closed, not reused: uvicorn closes one idle
+# for 5 s, and a request written as it does so fails (IncompleteReadError) through no fault of
+# the gateway's load.
+IDLE_REUSE_S = 2.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -74,8 +78,67 @@ def sample_turns() -> list[dict[str, Any]]:
     return turns
 
 
+class Loopback:
+    """A minimal HTTP/1.1 client for the load steps: keep-alive connections over asyncio streams,
+    one request per connection at a time, Content-Length bodies only (what the gateway sends).
+    The generator shares the cores with the gateway: with httpx's AsyncClient it fell 1-4 s
+    behind its schedule at 100-400 req/s, could not send most arrivals, and took CPU the gateway
+    needed to answer (even to refuse). Latency is still measured from each scheduled send time."""
+
+    def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
+        self.host, self.port = host, port
+        self.head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": f"{host}:{port}", **headers}.items())
+        # (reader, writer, when it went idle); uvicorn closes a connection idle for 5 s
+        self.idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = deque()
+        self.open: set[asyncio.StreamWriter] = set()
+
+    async def post(self, path: str, body: Any) -> tuple[int, dict[str, str]]:
+        """Status and headers (lower-case names) of one POST; raises on any connection problem."""
+        data = orjson.dumps(body)
+        now = time.monotonic()
+        while self.idle and now - self.idle[0][2] > IDLE_REUSE_S:  # oldest first
+            self._drop(self.idle.popleft()[1])
+        if self.idle:
+            reader, writer, _ = self.idle.pop()
+        else:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            self.open.add(writer)
+        reusable = False
+        try:
+            writer.write(
+                f"POST {path} HTTP/1.1\r\n{self.head}Content-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            status = int(head[0].split(" ", 2)[1])
+            headers = {}
+            for line in head[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            await reader.readexactly(int(headers.get("content-length", "0")))
+            reusable = headers.get("connection", "").lower() != "close"
+            return status, headers
+        finally:
+            if reusable:
+                self.idle.append((reader, writer, time.monotonic()))
+            else:  # closed by the server, a timeout or an error: never reused
+                self._drop(writer)
+
+    def _drop(self, writer: asyncio.StreamWriter) -> None:
+        self.open.discard(writer)
+        writer.close()
+
+    async def aclose(self) -> None:
+        for writer in self.open:
+            writer.close()
+        self.open.clear()
+        self.idle.clear()
+
+
 async def run_step(
-    client: httpx.AsyncClient,
+    client: Loopback,
     step: int,
     rate: float,
     seconds: float,
@@ -94,20 +157,23 @@ async def run_step(
     accepted: list[str] = []
     refused: list[str] = []
     errors: Counter[str] = Counter()
+    no_retry_after: Counter[str] = Counter()  # 429/503 without Retry-After
 
     async def one(i: int, scheduled: float) -> None:
         lags.append(time.perf_counter() - scheduled)
         if i % 2 == 0:
             turn = {**base[(step * 7919 + i) % len(base)], "turn_id": f"load-{step}-{i}"}
-            kind, request = "turns", client.post("/v1/turns", json=turn)
+            kind, path, body = "turns", "/v1/turns", turn
         else:
             body = {"user_id": users[i % len(users)], "query": QUERIES[i % len(QUERIES)], "now": NOW}
-            kind, request = "recall", client.post("/v1/recall", json=body)
+            kind, path = "recall", "/v1/recall"
         try:
             async with asyncio.timeout(timeout):  # the whole request, not each phase
-                response = await request
-            outcome = str(response.status_code)
-        except (TimeoutError, httpx.TimeoutException):
+                status, headers = await client.post(path, body)
+            outcome = str(status)
+            if status in (429, 503) and not headers.get("retry-after"):
+                no_retry_after[outcome] += 1
+        except TimeoutError:
             outcome = "timeout"
         except Exception as exc:  # connection refused or reset, protocol errors: counted, never raised
             outcome = "error"
@@ -159,6 +225,7 @@ async def run_step(
         "max_ms": ms(max(answered)) if answered else None,
         "client_lag_p99_ms": ms(percentile(lags, 99)),
         "error_kinds": dict(errors),
+        "shed_without_retry_after": dict(no_retry_after),
         "by_kind": by_kind,
         "accepted_turn_ids": accepted,
         "refused_turn_ids": refused,
@@ -248,15 +315,11 @@ def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: 
             print(f"preloaded {preload} turns; stepping through {rates} req/s", file=sys.stderr, flush=True)
 
             async def steps() -> list[dict[str, Any]]:
-                # As many connections as requests may be open: httpx never queues one in its pool
-                # (its pool is quadratic in waiters); arrivals past that are counted, not sent.
-                limits = httpx.Limits(
-                    max_connections=MAX_OUTSTANDING, max_keepalive_connections=MAX_OUTSTANDING
-                )
+                # One connection per open request (up to MAX_OUTSTANDING), kept alive between them;
+                # arrivals past that are counted, not sent.
                 out = []
-                async with httpx.AsyncClient(
-                    base_url=url, headers=headers, timeout=httpx.Timeout(timeout), limits=limits
-                ) as client:
+                client = Loopback("127.0.0.1", port, headers)
+                try:
                     for s, rate in enumerate(rates):
                         out.append(
                             await run_step(client, s, rate, step_seconds, timeout, base, MAX_OUTSTANDING)
@@ -271,6 +334,8 @@ def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: 
                             flush=True,
                         )
                         await asyncio.sleep(2)  # let the previous step's queue drain
+                finally:
+                    await client.aclose()
                 return out
 
             results = asyncio.run(steps())

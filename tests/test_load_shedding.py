@@ -1,19 +1,23 @@
 """Load shedding in the gateway: past MEMSTREAM_GATEWAY_MAX_IN_FLIGHT requests in progress, a
 request gets 503 with Retry-After at once (probes and scrapes never), and nothing times out.
-bench/load.py measures the same under rising open-loop load."""
+The refusal is a pure ASGI middleware (``Gate``), cheap enough to answer at once when the event
+loop is busy. bench/load.py measures the same under rising open-loop load."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from memstream import metrics
 from memstream.broker import Broker, free_port
-from memstream.gateway.app import admit
+from memstream.gateway.app import Gate, admit
 from tests.conftest import make_pipeline, wait_for
 
 KEY = "shed-key-0123456789abcdef"
@@ -26,6 +30,55 @@ def test_admit_bounds_requests_in_flight_but_never_probes() -> None:
     assert admit("/v1/turns", 63, 64)
     for path in ("/healthz", "/readyz", "/metrics"):
         assert admit(path, 1_000, 1)
+
+
+def test_the_gate_refuses_past_the_bound_at_once_and_frees_slots_on_response_or_error() -> None:
+    """In process, no network: one request holds the only slot; the next gets 503 with
+    Retry-After while it is still held, within a bounded time; a probe passes; the slot comes back
+    when a response starts and when the handler raises."""
+    app = FastAPI()
+    app.add_middleware(Gate, limit=1)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @app.get("/slow")
+    async def slow() -> dict[str, bool]:
+        entered.set()
+        await release.wait()
+        return {"ok": True}
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    def shed() -> float:
+        return metrics.GATEWAY_SHED.labels("/slow")._value.get()
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            async with asyncio.timeout(10):  # bounded: nothing here may wait on the held slot
+                held = asyncio.create_task(client.get("/slow"))
+                await entered.wait()
+                before, t0 = shed(), time.perf_counter()
+                refused = await client.get("/slow")
+                assert time.perf_counter() - t0 < 2
+                assert refused.status_code == 503
+                assert refused.headers["Retry-After"] == "1"
+                assert "overloaded" in refused.json()["detail"]
+                assert shed() == before + 1
+                assert (await client.get("/healthz")).status_code == 200  # probes never shed
+                assert not held.done()
+                release.set()
+                assert (await held).status_code == 200
+                assert (await client.get("/slow")).status_code == 200  # the slot came back
+                assert (await client.get("/boom")).status_code == 500
+                assert (await client.get("/slow")).status_code == 200  # and after an exception
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.memories import MEMORIES, memory_from_payload
 from memstream import metrics
@@ -75,6 +76,65 @@ SHED_RETRY_AFTER_S = 1
 def admit(path: str, in_flight: int, limit: int) -> bool:
     """Whether a request for ``path`` may start while ``in_flight`` others are in progress."""
     return path in UNBOUNDED_PATHS or in_flight < limit
+
+
+SHED_BODY = b'{"detail":"overloaded: too many requests in flight"}'
+SHED_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(SHED_BODY)).encode()),
+    (b"retry-after", str(SHED_RETRY_AFTER_S).encode()),
+]
+
+
+class Gate:
+    """Load shedding and request metrics as one pure ASGI middleware (no per-request task group,
+    stream or Request object, so a refusal costs a few dict lookups and two sends: the refusals
+    must stay cheap or a saturated event loop answers them late). Past ``limit`` requests in
+    progress, 503 with Retry-After at once, before auth, the rate limit or any work (in the event
+    loop: no lock); probes and scrapes never. The slot is held until the response starts (an SSE
+    stream holds none)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        if not admit(scope["path"], self.in_flight, self.limit):
+            router = scope["app"].router
+            route = next((r for r in router.routes if r.matches(scope)[0] == Match.FULL), None)
+            name = getattr(route, "path", "unmatched")
+            metrics.GATEWAY_SHED.labels(name).inc()
+            await send({"type": "http.response.start", "status": 503, "headers": SHED_HEADERS})
+            await send({"type": "http.response.body", "body": SHED_BODY})
+            metrics.GATEWAY_REQUESTS.labels(name, "503").inc()
+            metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)
+            return
+        self.in_flight += 1
+        holding = True
+
+        def done(status: int) -> None:
+            nonlocal holding
+            holding = False
+            self.in_flight -= 1
+            name = getattr(scope.get("route"), "path", "unmatched")
+            metrics.GATEWAY_REQUESTS.labels(name, str(status)).inc()
+            metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)
+
+        async def started(message: Message) -> None:
+            if holding and message["type"] == "http.response.start":
+                done(message["status"])  # latency to the response's start, as for a stream
+            await send(message)
+
+        try:
+            await self.app(scope, receive, started)
+        finally:
+            if holding:  # no response started: an exception, answered 500 further out
+                done(500)
 
 
 @dataclass
@@ -175,39 +235,7 @@ def create_app(settings: Settings) -> FastAPI:
         },
     )
 
-    in_flight = 0
-
-    @app.middleware("http")
-    async def shed(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Load shedding: past ``gateway_max_in_flight`` requests in progress, 503 with
-        Retry-After at once, before auth, the rate limit or any work (in the event loop: no lock).
-        The slot is held until the response starts (an SSE stream holds none)."""
-        nonlocal in_flight
-        if not admit(request.url.path, in_flight, settings.gateway_max_in_flight):
-            route = next((r for r in app.router.routes if r.matches(request.scope)[0] == Match.FULL), None)
-            if route is not None:
-                request.scope["route"] = route  # the route label of observe's metrics
-            metrics.GATEWAY_SHED.labels(getattr(route, "path", "unmatched")).inc()
-            return JSONResponse(
-                {"detail": "overloaded: too many requests in flight"},
-                status_code=503,
-                headers={"Retry-After": str(SHED_RETRY_AFTER_S)},
-            )
-        in_flight += 1
-        try:
-            return await call_next(request)
-        finally:
-            in_flight -= 1
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "unmatched")
-        metrics.GATEWAY_REQUESTS.labels(name, str(response.status_code)).inc()
-        metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)
-        return response
+    app.add_middleware(Gate, limit=settings.gateway_max_in_flight)
 
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
