@@ -10,8 +10,8 @@ worker drains it, it samples
 
 * the RSS of `memstream up` and of every process below it (Linux: /proc/<pid>/status; VmRSS,
   and RssAnon, the heap and other private memory, apart from mapped files such as the store's);
-* the worker's /metrics: `memstream_consumer_lag` (summed over partitions; the worker updates it
-  every 5 s) and `memstream_turns_ingested_total` (the x axis of the memory fit).
+* the worker's /metrics: `memstream_consumer_lag` of the turns topic (summed over partitions;
+  the worker updates it every 5 s) and `memstream_turns_ingested_total` (the x axis of the memory fit).
 
 Drained means: the group has committed past the last turn produced, and the lag gauge reads 0.
 Consolidation and indexing (topics after ingest) may still be behind: with --settle it then waits
@@ -126,7 +126,7 @@ def scrape(port: int, timeout: float = 3.0) -> tuple[float, float] | None:
     for line in text.splitlines():
         if line.startswith("memstream_turns_ingested_total{"):
             ingested += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("memstream_consumer_lag{"):
+        elif line.startswith("memstream_consumer_lag{") and 'turns"' in line:  # topic="<prefix>turns"
             lag += float(line.rsplit(" ", 1)[1])
     return ingested, lag
 

@@ -37,7 +37,7 @@ WINDOWS_CLOSED = Counter("memstream_windows_closed", "Windows closed", ["level",
 LATE_EVENTS = Counter("memstream_late_events", "Turns older than their user's latest dialogue time")
 CONSUMER_LAG = Gauge(
     "memstream_consumer_lag",
-    "Records on the partition not yet read by the ingest agent",
+    "Records on the partition not yet read by the worker's agents (every topic after the gateway)",
     ["topic", "partition"],
 )
 

@@ -459,8 +459,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         gone = sorted({tp.partition for tp in revoked if tp.topic in data_topics})
         holding.difference_update(gone)
         processor.shards.release(gone)
-        for partition in gone:
-            metrics.CONSUMER_LAG.remove(turns_name, str(partition))
+        for tp in revoked:
+            metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
 
     # mode's annotation of connect() is a union of callables that mypy cannot match a def against.
     app.on_partitions_revoked.connect(release_stores)  # type: ignore[arg-type]
@@ -483,15 +483,16 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     closed.extend(done)
             await publish((WINDOWS, counted(closed)))
 
-        @app.timer(5.0)
-        async def report_lag() -> None:
-            read = app.monitor.tp_read_offsets or {}
-            for partition in owned():
-                tp = TP(turns_name, partition)
-                high = app.consumer.highwater(tp)
+    @app.timer(5.0)
+    async def report_lag() -> None:
+        """Records not yet read, per partition of every topic this worker reads: a backlog shows
+        wherever it builds up (turns, consolidation, windows, memory.updates, deferred)."""
+        read = app.monitor.tp_read_offsets or {}
+        for tp in app.consumer.assignment():
+            high = app.consumer.highwater(tp) if tp.topic in data_topics else None
+            if high is not None:
                 done = read.get(tp, -1) + 1
-                if high is not None:
-                    metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
+                metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(high - done, 0))
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -385,3 +385,24 @@ def test_openapi_document_is_served(gateway: Gateway) -> None:
     assert {"/v1/turns", "/v1/recall", "/v1/answer", "/v1/tools", "/v1/users/{user_id}"} <= set(spec["paths"])
     assert os.environ.get("MEMSTREAM_API_KEYS") is None  # the test's keys never leak into the runner
     assert Path(SAMPLE).exists()
+
+
+def test_no_key_query_or_message_text_reaches_the_logs(gateway: Gateway, ingested: dict[str, Any]) -> None:
+    """The HTTP path at INFO (the pipeline's log holds the gateway's output too): keys, queries and
+    turn text are data, never logged, also when a request is refused or invalid."""
+    secret_query = "what is my locker code zebra-harmonica-4471"
+    secret_turn = {**ACME_TURNS[0], "turn_id": "log-check", "messages": [{"role": "user", "content": ""}]}
+    with gateway.client(KEY_ACME) as acme, gateway.client("wrong-key-9f8e7d6c5b4a") as wrong:
+        assert acme.post("/v1/recall", json={"user_id": USER, "query": secret_query}).status_code == 200
+        assert acme.post("/v1/answer", json={"user_id": USER, "query": secret_query}).status_code == 200
+        assert wrong.post("/v1/recall", json={"user_id": USER, "query": secret_query}).status_code == 401
+        assert acme.post("/v1/turns", json=secret_turn).status_code == 422
+    time.sleep(1)  # the processes flush their log lines
+    logs = gateway.pipeline.log.read_text(errors="replace") + (
+        gateway.pipeline.log.parent / "replica.log"
+    ).read_text(errors="replace")
+    assert "gateway" in logs  # the gateway did log (its start-up), so an absence below means something
+    texts = [m["content"] for t in ACME_TURNS + GLOBEX_TURNS for m in t["messages"] if len(m["content"]) > 20]
+    secrets = [KEY_ACME, KEY_GLOBEX, "wrong-key-9f8e7d6c5b4a", "zebra-harmonica", *texts]
+    leaked = [s for s in secrets if s in logs]
+    assert not leaked, leaked[:3]
