@@ -66,9 +66,13 @@ class OwnWrites:
     def waiting(self, user_key: str) -> int:
         return len(self._pending.get(user_key, {}))
 
-    async def visible(self, store: VectorStore, user_key: str) -> None:
+    async def visible(
+        self, store: VectorStore, user_key: str, stopping: Callable[[], bool] = lambda: False
+    ) -> None:
         """Return once everything published for the user shows in ``store``, or after the timeout
-        (the index role behind or down: logged and counted, and the work goes on)."""
+        (the index role behind or down: logged and counted, and the work goes on), or when the
+        worker is ``stopping`` (its index agent no longer reads: the work goes on rather than
+        hold up the stop)."""
         pending = self._pending.get(user_key)
         if not pending:
             return
@@ -78,7 +82,7 @@ class OwnWrites:
             for memory_id in [m for m, u in pending.items() if reflects(u, found.get(m))]:
                 del pending[memory_id]
             waited = self._clock() - start
-            if not pending:
+            if not pending or stopping():
                 break
             if waited > self._timeout_s:
                 metrics.OWN_WRITES_TIMEOUTS.inc()

@@ -134,3 +134,8 @@ OWN_WRITES_TIMEOUTS = Counter(
     "memstream_own_writes_timeouts",
     "Times consolidation stopped waiting for its earlier updates to be indexed (index role behind or down)",
 )
+FORGOTTEN_RECORDS = Counter(
+    "memstream_forgotten_records",
+    "Records of a deleted user dropped because they were sent or made before the deletion",
+    ["stage"],
+)

@@ -25,6 +25,7 @@ embedded store, the user's shard).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -71,8 +72,11 @@ from schemas.topics import (
     TopicSpec,
 )
 from streams.consumer import RewindingConsumer, TansuConsumer
+from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import Incoming, IngestProcessor, dead_letter
 from streams.validation import Rejection
+
+log = logging.getLogger(__name__)
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
@@ -209,6 +213,27 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         use_partitioner=True,
     )
 
+    # Users deleted through the gateway, with the times that tell their records still on the way
+    # from new ones (streams/forgetting.py); co-partitioned with their turns, kept for good.
+    forgotten = app.Table(
+        "forgotten",
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=bytes,
+        value_type=None,  # Forgotten.to_json()
+        use_partitioner=True,
+    )
+    # An ingest batch and the erase of a deleted user never interleave: a batch either sees the
+    # user forgotten, or ran before the erase.
+    writing = asyncio.Lock()
+
+    def gone(key: bytes | None) -> Forgotten | None:
+        return Forgotten.from_json(forgotten.get(key or b""))
+
+    def dropped(stage: str, n: int) -> None:
+        if n:
+            metrics.FORGOTTEN_RECORDS.labels(stage).inc(n)
+
     async def publish(*outputs: tuple[TopicSpec, Sequence[Record]]) -> None:
         """Send every record, then wait until all are delivered (acks=all): input offsets are
         acked only after that. Straight to the producer: the records are bytes already, and
@@ -235,17 +260,20 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             # take_events (not take) keeps each record's partition and offset for dead letters.
             batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
             async for events in batches:
-                batch = [_incoming(e) for e in events]
-                result = await until_available(
-                    lambda: processor.process(batch, window_state),  # noqa: B023  (awaited here)
-                    "ingest",
-                    asyncio.sleep,
-                )
-                await publish(
-                    (CONSOLIDATION, result.consolidation),
-                    (WINDOWS, counted(result.windows)),
-                    (DEAD_LETTER, result.dead_letters),
-                )
+                async with writing:
+                    kept = [e for e in events if not sent_before(gone(e.message.key), e.message.timestamp)]
+                    dropped("ingest", len(events) - len(kept))
+                    batch = [_incoming(e) for e in kept]
+                    result = await until_available(
+                        lambda: processor.process(batch, window_state),  # noqa: B023  (awaited here)
+                        "ingest",
+                        asyncio.sleep,
+                    )
+                    await publish(
+                        (CONSOLIDATION, result.consolidation),
+                        (WINDOWS, counted(result.windows)),
+                        (DEAD_LETTER, result.dead_letters),
+                    )
 
     async def consolidate_one(
         event: EventT, spec: TopicSpec, work: Work, deferred: Deferred | None = None
@@ -258,6 +286,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         value = deferred.value if deferred else event.value or b""
         key = event.message.key or b""
         source = deferred.source_topic if deferred else spec.name
+        if made_before(gone(key), event.message.timestamp):
+            dropped(source, 1)  # made from a deleted user's data
+            return False
         try:
             record = spec.model.from_bytes(value)
         except ValueError as exc:
@@ -275,7 +306,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
             async def attempt() -> list[MemoryUpdate]:
                 # This user's earlier updates first: decisions must not depend on the indexer's pace.
-                await consolidation.own_writes.visible(store, key.decode("utf-8", "replace"))
+                await consolidation.own_writes.visible(
+                    store, key.decode("utf-8", "replace"), stopping=lambda: app.should_stop
+                )
                 return await work(store, record)
 
             updates = await until_available(attempt, "consolidate", asyncio.sleep)
@@ -288,6 +321,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
             dead = _dead(event, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, now, value)
             await publish((DEAD_LETTER, [dead]))
+            return False
+        if made_before(gone(key), now):
+            dropped(source, 1)  # the user was deleted while this ran
             return False
         for u in updates:
             metrics.MEMORY_UPDATES.labels(u.op.value, u.memory.kind.value if u.memory else "-").inc()
@@ -363,6 +399,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 by_partition: dict[int, list[MemoryUpdate]] = {}
                 dead = []
                 for e in events:
+                    if made_before(gone(e.message.key), e.message.timestamp):
+                        dropped("index", 1)  # made from a deleted user's data
+                        continue
                     try:
                         by_partition.setdefault(e.message.partition, []).append(
                             MemoryUpdate.from_bytes(e.value)
@@ -412,8 +451,10 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     @app.agent(topic(TOMBSTONES))
     async def forget(stream: faust.StreamT) -> None:
-        """A user forgotten through the gateway: drop their per-user state (open windows, memory
-        tree) and delete again whatever of theirs was stored after the gateway's delete ran."""
+        """A user deleted through the gateway: remember when (so that their records still on the
+        way are dropped where they arrive: streams/forgetting.py), drop their per-user state (open
+        windows, memory tree, pending own writes), and delete their points again (whatever landed
+        after the gateway's delete)."""
         async for event in stream.events():
             try:
                 stone = Tombstone.from_bytes(event.value)
@@ -422,10 +463,6 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 await publish((DEAD_LETTER, [dead]))
                 continue
             key = stone.key.encode()
-            consolidation.own_writes.forget(stone.key)
-            for table in user_tables:
-                if key in table:
-                    del table[key]
             store = processor.shards.get(event.message.partition)
             mine = Filter(equals={USER_FIELD: stone.key})
 
@@ -434,7 +471,13 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 if {"consolidate", "index"} & set(settings.roles):
                     store.delete(MEMORIES, mine)  # noqa: B023
 
-            await until_available(erase, "forget", asyncio.sleep)
+            async with writing:  # between two ingest batches
+                forgotten[key] = Forgotten(stone.deleted_at.timestamp(), processor.clock()).to_json()
+                consolidation.own_writes.forget(stone.key)
+                for table in user_tables:
+                    if key in table:
+                        del table[key]
+                await until_available(erase, "forget", asyncio.sleep)
 
     def owned() -> set[int]:
         """Partitions of the turns topic this worker processes now."""
@@ -485,6 +528,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     @app.timer(5.0)
     async def report_lag() -> None:
+        update_lag()
+
+    def update_lag() -> None:
         """Records not yet read, per partition of every topic this worker reads: a backlog shows
         wherever it builds up (turns, consolidation, windows, memory.updates, deferred)."""
         read = app.monitor.tp_read_offsets or {}
@@ -509,6 +555,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     @app.page("/status")
     async def status_page(web: Any, request: Any) -> Any:
+        update_lag()
         lag = {
             f"{s.labels['topic']}/{s.labels['partition']}": s.value
             for m in metrics.CONSUMER_LAG.collect()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -55,12 +57,24 @@ def children(pid: int) -> list[int]:
 
 def metrics_ports(workers: int) -> str:
     """A first metrics port whose next ``workers - 1`` ports are free too (worker i serves on
-    first + i): a plain free port's neighbour may be taken, and the worker then fails to start."""
+    first + i): a plain free port's neighbour may be taken, and the worker then fails to start.
+    Below Linux's ephemeral range (32768+), where outgoing connections cannot take one meanwhile
+    (a run failed on "address already in use" with a port picked there)."""
+    rng = random.Random()
     for _ in range(100):
-        first = free_port()
-        if all(not port_open(first + i) for i in range(1, workers)):
+        first = rng.randrange(20_000, 32_000)
+        if all(not port_open(first + i) and bindable(first + i) for i in range(workers)):
             return str(first)
     raise AssertionError("no run of free ports")
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def status_or_none(pipeline: Pipeline) -> dict[str, Any] | None:

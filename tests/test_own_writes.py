@@ -147,3 +147,12 @@ def test_it_stops_waiting_after_the_timeout_and_counts_it(store: VectorStore) ->
     assert 5 < clock.now <= 6
     assert metrics.OWN_WRITES_TIMEOUTS._value.get() == before + 1
     assert writes.waiting(m.key) == 0  # given up on: the next work does not wait again
+
+
+def test_a_stopping_worker_does_not_wait(store: VectorStore) -> None:
+    clock = Clock()
+    writes = OwnWrites(timeout_s=30, poll_s=0.5, sleep=clock.sleep, clock=clock)
+    m = memory(1)
+    writes.published([upsert(m)])
+    asyncio.run(writes.visible(store, m.key, stopping=lambda: True))  # never indexed
+    assert clock.sleeps == 0
