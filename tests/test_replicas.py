@@ -217,10 +217,11 @@ def differences(one: Outcome, two: Outcome) -> str:
     )
 
 
-def folded(out: Outcome) -> list[str]:
-    """The consolidation requests folded into episodes, one entry per episode naming it."""
+def in_episodes(out: Outcome, field: str) -> list[str]:
+    """Request ids or unit ids named by episodes, one entry per episode naming it (a request may
+    be split into up to 3 episodes at long gaps; a unit is in one episode at most)."""
     episodes = [m for m in out.memories.values() if m["kind"] == MemoryKind.EPISODE]
-    return sorted(r for m in episodes for r in m["request_ids"])
+    return sorted(i for m in episodes for i in m[field])
 
 
 def test_two_replicas_of_every_role_give_the_same_memory_and_answers_as_one(
@@ -237,14 +238,14 @@ def test_two_replicas_of_every_role_give_the_same_memory_and_answers_as_one(
 
 @pytest.mark.xfail(
     reason="open bug (docs/reliability.md): after a takeover without restart the survivor stalled on the "
-    "killed worker's partition in 2 of 3 runs (nothing read from it, no error logged), and in one run "
-    "a redelivered request was folded into a second episode",
+    "killed worker's partition in 3 of 7 runs (nothing read from it, no error logged)",
     strict=False,
 )
 def test_with_one_worker_killed_the_survivor_loses_and_doubles_nothing(
     broker: Broker, tmp_path: Path, one: Outcome
 ) -> None:
-    """The survivor takes the killed worker's partitions and redelivered work is recognised.
+    """The survivor takes the killed worker's partitions and redelivered work is recognised: every
+    turn stored once, the same requests consolidated, no unit in two episodes.
     Memory may differ a little from one worker's: after a takeover a worker has not yet seen its
     own earlier updates indexed (consumers/own_writes.py), so a merge may be decided otherwise."""
     two, facts = run_two(broker, tmp_path, kill=True)
@@ -256,6 +257,8 @@ def test_with_one_worker_killed_the_survivor_loses_and_doubles_nothing(
     assert facts["exit"] == -signal.SIGKILL
     assert facts["survivor_partitions"] == [0, 1]
     assert two.units == one.units  # every turn stored exactly once
-    # Every consolidation request in exactly one episode, the same requests as one worker's.
-    assert folded(two) == sorted(set(folded(two))) == sorted(set(folded(one)))
+    # The same consolidation requests folded in as one worker's; no unit in two episodes.
+    assert set(in_episodes(two, "request_ids")) == set(in_episodes(one, "request_ids"))
+    units = in_episodes(two, "source_unit_ids")
+    assert units == sorted(set(units)) and set(units) == set(in_episodes(one, "source_unit_ids"))
     assert two.recalls[0] == two.recalls[1]  # both gateways read the same memory
