@@ -25,7 +25,6 @@ embedded store, the user's shard).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -75,8 +74,6 @@ from streams.consumer import RewindingConsumer, TansuConsumer
 from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import Incoming, IngestProcessor, dead_letter
 from streams.validation import Rejection
-
-log = logging.getLogger(__name__)
 
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
