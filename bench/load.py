@@ -267,39 +267,50 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # only what this run started: its own session
 
 
+def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, subprocess.Popen[bytes], Path]:
+    """`memstream up` against ``broker`` in its own session (see :func:`stop`): one worker, hash
+    embedder, everything under ``work``, 127.0.0.1 only, no gateway unless ``overrides`` name a
+    port. Its settings, its process and its log."""
+    env = {
+        **os.environ,
+        "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "MEMSTREAM_TANSU_QUIRKS": "true",
+        "MEMSTREAM_DATA_DIR": str(work / "data"),
+        "MEMSTREAM_EMBEDDER": "hash",
+        "MEMSTREAM_METRICS_PORT": str(free_port()),
+        "MEMSTREAM_METRICS_HOST": "127.0.0.1",
+        "MEMSTREAM_GATEWAY_PORT": "0",
+        "MEMSTREAM_GATEWAY_HOST": "127.0.0.1",
+        "MEMSTREAM_LOG_LEVEL": "WARNING",
+        "MEMSTREAM_WORKERS": "1",
+        **overrides,
+    }
+    log = work / "pipeline.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstream.cli", "up"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Settings.from_env(env), proc, log
+
+
 def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: int | None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-load-"))
     base = sample_turns()
     with Broker(free_port(), work / "tansu.log") as broker:
         port = free_port()
-        env = {
-            **os.environ,
-            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-            "MEMSTREAM_TANSU_QUIRKS": "true",
-            "MEMSTREAM_DATA_DIR": str(work / "data"),
-            "MEMSTREAM_EMBEDDER": "hash",
-            "MEMSTREAM_METRICS_PORT": str(free_port()),
-            "MEMSTREAM_METRICS_HOST": "127.0.0.1",
-            "MEMSTREAM_GATEWAY_PORT": str(port),
-            "MEMSTREAM_GATEWAY_HOST": "127.0.0.1",
-            "MEMSTREAM_API_KEYS": json.dumps({KEY: TENANT}),
-            "MEMSTREAM_RATE_LIMIT_PER_S": "100000",
-            "MEMSTREAM_RATE_LIMIT_BURST": "100000",
-            "MEMSTREAM_LOG_LEVEL": "WARNING",
-            "MEMSTREAM_WORKERS": "1",
-        }
-        if max_in_flight is not None:
-            env["MEMSTREAM_GATEWAY_MAX_IN_FLIGHT"] = str(max_in_flight)
-        settings = Settings.from_env(env)
-        url = f"http://127.0.0.1:{port}"
-        log = work / "pipeline.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"],
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        settings, proc, log = start_up(
+            broker,
+            work,
+            MEMSTREAM_GATEWAY_PORT=str(port),
+            MEMSTREAM_API_KEYS=json.dumps({KEY: TENANT}),
+            MEMSTREAM_RATE_LIMIT_PER_S="100000",
+            MEMSTREAM_RATE_LIMIT_BURST="100000",
+            **({"MEMSTREAM_GATEWAY_MAX_IN_FLIGHT": str(max_in_flight)} if max_in_flight is not None else {}),
         )
+        url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {KEY}"}
         try:
             wait(

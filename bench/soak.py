@@ -39,13 +39,12 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from itertools import islice
@@ -54,7 +53,7 @@ from typing import Any
 
 import orjson
 
-from bench.load import stop, wait
+from bench.load import start_up, stop, wait
 from memstream.broker import Broker, free_port
 from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
@@ -62,7 +61,6 @@ from memstream.embedders import make_embedder
 from memstream.kafka import settled, wait_processed
 from memstream.replay import replay
 from memstream.sample import generate
-from memstream.settings import Settings
 from memstream.store import all_stores, open_shards, scroll_all
 from memstream.units import UNITS, unit_from_payload
 from schemas.topics import TURNS
@@ -181,27 +179,22 @@ def summarize(
     half = warm + turns / 2
     # The second half of the drain: later samples (settling) would only flatten the line.
     second = [s for s in scraped if s.ingested is not None and s.ingested >= half and s.t <= drain_s]
-    mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
     lags = [s.lag for s in scraped if s.lag is not None]
+
+    def memory(kib: Callable[[Sample], float]) -> dict[str, float | None]:
+        mib = lambda s: round(kib(s) / 1024, 1)  # noqa: E731
+        return {
+            "after_warmup": mib(baseline),
+            "peak": max(mib(s) for s in [baseline, *samples]),
+            "final": mib(samples[-1] if samples else baseline),
+            "second_half_growth_per_10k_turns": slope_per_10k([(s.ingested or 0.0, kib(s)) for s in second]),
+        }
+
     return {
         "samples": len(samples),
         "failed_scrapes": len(samples) - len(scraped),
-        "rss_mib": {
-            "after_warmup": mib(baseline.rss_kib),
-            "peak": mib(max(s.rss_kib for s in [baseline, *samples])),
-            "final": mib(samples[-1].rss_kib if samples else baseline.rss_kib),
-            "second_half_growth_per_10k_turns": slope_per_10k(
-                [(s.ingested or 0.0, s.rss_kib) for s in second]
-            ),
-        },
-        "anon_rss_mib": {
-            "after_warmup": mib(baseline.anon_kib),
-            "peak": mib(max(s.anon_kib for s in [baseline, *samples])),
-            "final": mib(samples[-1].anon_kib if samples else baseline.anon_kib),
-            "second_half_growth_per_10k_turns": slope_per_10k(
-                [(s.ingested or 0.0, s.anon_kib) for s in second]
-            ),
-        },
+        "rss_mib": memory(lambda s: s.rss_kib),
+        "anon_rss_mib": memory(lambda s: s.anon_kib),
         "second_half_samples": len(second),
         "lag": {
             "max": max(lags) if lags else None,
@@ -265,28 +258,7 @@ def _soak(
 ) -> dict[str, Any]:
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
     with Broker(free_port(), work / "tansu.log") as broker:
-        env = {
-            **os.environ,
-            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-            "MEMSTREAM_TANSU_QUIRKS": "true",
-            "MEMSTREAM_DATA_DIR": str(work / "data"),
-            "MEMSTREAM_EMBEDDER": "hash",
-            "MEMSTREAM_METRICS_PORT": str(free_port()),
-            "MEMSTREAM_METRICS_HOST": "127.0.0.1",
-            "MEMSTREAM_GATEWAY_PORT": "0",
-            "MEMSTREAM_LOG_LEVEL": "WARNING",
-            "MEMSTREAM_WORKERS": "1",
-            **({"MEMSTREAM_ROLES": roles} if roles else {}),
-        }
-        settings = Settings.from_env(env)
-        log = work / "pipeline.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"],
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        settings, proc, log = start_up(broker, work, **({"MEMSTREAM_ROLES": roles} if roles else {}))
         sampler = Sampler(proc.pid, settings.metrics_port, interval, deadline)
         drained = False
         consolidated: bool | None = None

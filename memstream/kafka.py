@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
@@ -198,22 +198,26 @@ async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
         await consumer.stop()
 
 
-async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
-    """Every record of ``topic`` from the beginning, until ``idle_s`` passes without one."""
+async def read_records(settings: Settings, topic: str, idle_s: float = 1.0) -> list[ConsumerRecord[Any, Any]]:
+    """Every record of ``topic`` from the beginning (with its partition and offset), until
+    ``idle_s`` passes without one."""
     consumer = AIOKafkaConsumer(
         topic, **client_kwargs(settings), auto_offset_reset="earliest", enable_auto_commit=False
     )
     await consumer.start()
     try:
-        out: list[tuple[bytes | None, bytes]] = []
-        while True:
-            batch = await consumer.getmany(timeout_ms=int(idle_s * 1000))
-            if not batch:
-                return out
+        out: list[ConsumerRecord[Any, Any]] = []
+        while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
             for msgs in batch.values():
-                out.extend((m.key, m.value) for m in msgs if m.value is not None)
+                out.extend(msgs)
+        return out
     finally:
         await consumer.stop()
+
+
+async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
+    """The key and value of every record of ``topic`` (see :func:`read_records`)."""
+    return [(m.key, m.value) for m in await read_records(settings, topic, idle_s) if m.value is not None]
 
 
 async def consumed(settings: Settings, topics: list[str]) -> bool:

@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 import orjson
@@ -75,6 +75,7 @@ from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import Incoming, IngestProcessor, dead_letter
 from streams.validation import Rejection
 
+R = TypeVar("R", bound=Record)
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
@@ -243,6 +244,19 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             for r in records
         ]
         await asyncio.gather(*pending)
+
+    async def readable(event: EventT, model: type[R]) -> R | None:
+        """The event's record, or None once it went to the dead-letter topic as unreadable."""
+        try:
+            return model.from_bytes(event.value)
+        except ValueError as exc:
+            await publish(
+                (
+                    DEAD_LETTER,
+                    [_dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())],
+                )
+            )
+            return None
 
     def counted(closed: Sequence[WindowClosed]) -> Sequence[WindowClosed]:
         # Counted where published: the agent and the idle timer both close windows.
@@ -423,11 +437,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             # spent budget waits for UTC midnight) goes back to the end of its partition, so that
             # it holds up neither the records behind it (another tenant's retry) nor a stop.
             async for event in stream.events():
-                try:
-                    deferred = Deferred.from_bytes(event.value)
-                except ValueError as exc:
-                    dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
-                    await publish((DEAD_LETTER, [dead]))
+                if (deferred := await readable(event, Deferred)) is None:
                     continue
                 wait = deferred.not_before.timestamp() - processor.clock()
                 if wait > DEFER_HOLD_S:
@@ -453,11 +463,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         windows, memory tree, pending own writes), and delete their points again (whatever landed
         after the gateway's delete)."""
         async for event in stream.events():
-            try:
-                stone = Tombstone.from_bytes(event.value)
-            except ValueError as exc:
-                dead = _dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, processor.clock())
-                await publish((DEAD_LETTER, [dead]))
+            if (stone := await readable(event, Tombstone)) is None:
                 continue
             key = stone.key.encode()
             store = processor.shards.get(event.message.partition)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,10 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from aiokafka import TopicPartition
 
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port
+from memstream.kafka import group_offsets
 from memstream.settings import Settings
 from memstream.store import VectorStore, open_shards, scroll_all
 from memstream.store.shards import all_stores
@@ -53,14 +57,19 @@ class Pipeline:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            terminate(self.proc)
         self.proc = None
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """A `memstream` command against this pipeline (its environment)."""
+        return subprocess.run(
+            [sys.executable, "-m", "memstream.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")[-5000:]
@@ -88,6 +97,38 @@ def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
     }
     settings = Settings.from_env(env)
     return Pipeline(settings, env, tmp / "worker.log")
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if the process has not stopped within ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def ready(url: str) -> bool:
+    """Whether the gateway at ``url`` answers /readyz with 200."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def committed(settings: Settings, topic: str) -> dict[int, int | None]:
+    """The pipeline's consumer group's committed offset of each partition of ``topic``."""
+
+    async def read() -> dict[int, int | None]:
+        async with group_offsets(settings) as consumer:
+            return {
+                p: await consumer.committed(TopicPartition(topic, p))
+                for p in range(settings.topic_partitions)
+            }
+
+    return asyncio.run(read())
 
 
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]

@@ -36,7 +36,7 @@ from memstream.kafka import producer
 from memstream.settings import Settings
 from schemas.topics import TURNS
 from tests.chat_responder import respond
-from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.conftest import Pipeline, make_pipeline, ready, wait_for
 from tests.openai_server import Failure, OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -126,14 +126,7 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         url = f"http://127.0.0.1:{port}"
         client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60.0)
         try:
-
-            def ready() -> bool:
-                try:
-                    return client.get("/readyz").status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_for(ready, 180, f"the gateway to be ready\n{pipeline.logs()}")
+            wait_for(lambda: ready(url), 180, f"the gateway to be ready\n{pipeline.logs()}")
             for i in range(0, len(turns), 200):
                 r = client.post("/v1/turns", json={"turns": turns[i : i + 200]})
                 assert r.status_code == 202, r.text

@@ -25,20 +25,18 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import TopicPartition
 
 from memstream.broker import Broker, free_port, port_open
 from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
 from memstream.gateway.app import SEND_TIMEOUT_S
-from memstream.kafka import ensure_topics, group_offsets, read_topic, settled, wait_processed
+from memstream.kafka import ensure_topics, read_topic, settled, wait_processed
 from memstream.replay import ReplayReport, replay
 from memstream.sample import generate
-from memstream.settings import Settings
 from schemas.events import ConsolidationRequest
 from schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
-from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.conftest import Pipeline, committed, make_pipeline, ready, wait_for
 from tests.conftest import stored as stored_points
 
 pytestmark = pytest.mark.integration
@@ -87,19 +85,6 @@ def status_or_none(pipeline: Pipeline) -> dict[str, Any] | None:
         return fetch_status(pipeline.settings, timeout=5)
     except OSError:  # a worker not (yet, or no longer) serving /status
         return None
-
-
-def committed(settings: Settings, topic: str) -> dict[int, int | None]:
-    """The consumer group's committed offset of each partition of ``topic``."""
-
-    async def read() -> dict[int, int | None]:
-        async with group_offsets(settings) as consumer:
-            return {
-                p: await consumer.committed(TopicPartition(topic, p))
-                for p in range(settings.topic_partitions)
-            }
-
-    return asyncio.run(read())
 
 
 # --- a worker killed with SIGKILL mid-replay ------------------------------------------------------
@@ -249,15 +234,9 @@ def test_broker_outage_answers_503_with_retry_after_then_recovers(tmp_path: Path
     pipeline = make_pipeline(own, tmp_path, MEMSTREAM_WORKERS="1", MEMSTREAM_GATEWAY_PORT=str(gw_port))
     url = f"http://127.0.0.1:{gw_port}"
 
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
         pipeline.start()
-        wait_for(ready, 120, "the gateway to be ready")
+        wait_for(lambda: ready(url), 120, "the gateway to be ready")
         with httpx.Client(base_url=url, timeout=httpx.Timeout(120.0)) as c:
             r = c.post("/v1/turns", json={"turns": [_turn(i) for i in range(5)]})
             assert r.status_code == 202, r.text

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from memstream.kafka import read_topic, settled
 from memstream.settings import Settings
 from schemas.events import Tombstone
 from tests.chat_responder import respond
-from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -130,18 +129,11 @@ def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     )
     gw = Gateway(pipeline, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{replica_port}", llm)
 
-    def ready(url: str) -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
         wait_for(lambda: ready(gw.url) and ready(gw.replica_url), 180, "both gateways to be ready")
         yield gw
     finally:
-        replica.send_signal(signal.SIGTERM)
-        replica.wait(timeout=30)
+        terminate(replica)
         pipeline.stop()
         llm.__exit__(None, None, None)
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -41,7 +39,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
 from consumers import build_consolidation
@@ -50,7 +48,7 @@ from consumers.offline import ingest_all
 from memstream.broker import Broker
 from memstream.datasets import RawRecord
 from memstream.embedders.hashing import HashingEmbedder
-from memstream.kafka import client_kwargs, consumed, group_offsets, settled
+from memstream.kafka import consumed, read_records, settled
 from memstream.llm import LLMClient, LLMUnavailable
 from memstream.replay import replay
 from memstream.sample import generate
@@ -61,7 +59,7 @@ from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
 from streams.ingest import IngestProcessor, units_spec
 from tests.chat_responder import respond
-from tests.conftest import Pipeline, make_pipeline, stored, wait_for
+from tests.conftest import Pipeline, committed, make_pipeline, stored, wait_for
 from tests.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
 
 pytestmark = pytest.mark.integration
@@ -88,18 +86,8 @@ def llm_env(server: OpenAIServer, **extra: str) -> dict[str, str]:
     }
 
 
-def cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memstream.cli", *args],
-        env=pipeline.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def status(pipeline: Pipeline) -> dict[str, Any]:
-    out = cli(pipeline, "status", "--json")
+    out = pipeline.cli("status", "--json")
     return orjson.loads(out.stdout) if out.returncode == 0 else {}
 
 
@@ -114,49 +102,12 @@ def replay_sample(pipeline: Pipeline) -> None:
     assert report.processed, pipeline.logs()
 
 
-@dataclass(frozen=True)
-class Rec:
-    partition: int
-    offset: int
-    value: bytes
+Rec = ConsumerRecord[Any, Any]
 
 
 def read(settings: Settings, spec_name: str, idle_s: float = 1.0) -> list[Rec]:
     """Every record of a topic from the beginning, with its partition and offset."""
-
-    async def go() -> list[Rec]:
-        consumer = AIOKafkaConsumer(
-            settings.topic(spec_name),
-            **client_kwargs(settings),
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-        )
-        await consumer.start()
-        try:
-            out: list[Rec] = []
-            while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
-                out.extend(
-                    Rec(m.partition, m.offset, m.value) for ms in batch.values() for m in ms if m.value
-                )
-            return out
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(go())
-
-
-def committed(settings: Settings, spec_name: str) -> dict[int, int]:
-    """The pipeline group's committed offset of each partition of a topic (0: none)."""
-
-    async def go() -> dict[int, int]:
-        async with group_offsets(settings) as consumer:
-            topic = settings.topic(spec_name)
-            return {
-                p: (await consumer.committed(TopicPartition(topic, p))) or 0
-                for p in range(settings.topic_partitions)
-            }
-
-    return asyncio.run(go())
+    return [m for m in asyncio.run(read_records(settings, settings.topic(spec_name), idle_s)) if m.value]
 
 
 @dataclass
@@ -174,8 +125,10 @@ class Outcome:
 
 def waiting(settings: Settings) -> set[bytes]:
     """The work on the deferred topic not yet consumed by the pipeline's group."""
-    offsets = committed(settings, DEFERRED.name)
-    return {r.value for r in read(settings, DEFERRED.name, idle_s=0.3) if r.offset >= offsets[r.partition]}
+    offsets = committed(settings, settings.topic(DEFERRED.name))
+    return {
+        r.value for r in read(settings, DEFERRED.name, idle_s=0.3) if r.offset >= (offsets[r.partition] or 0)
+    }
 
 
 def outcome(settings: Settings) -> Outcome:
@@ -307,7 +260,7 @@ class BudgetRun:
     server: OpenAIServer
     out: Outcome
     status: dict[str, Any]
-    committed: dict[int, int]  # deferred topic, per partition
+    committed: dict[int, int | None]  # deferred topic, per partition
     seconds: float
 
 
@@ -342,7 +295,7 @@ def budget(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
             wait_for(quiet, 180, "consolidation to stop under the spent budget", poll=1.0)
             final = status(pipeline)
-            offsets = committed(settings, DEFERRED.name)
+            offsets = committed(settings, settings.topic(DEFERRED.name))
             seconds = time.monotonic() - start
         finally:
             pipeline.stop()
@@ -357,7 +310,7 @@ def test_a_spent_budget_defers_to_the_reset_and_never_overshoots_more_than_the_g
     largest = max(server.chat_tokens)
     bound = BUDGET - 1 + CONCURRENCY * largest
     reasons = Counter(d.reason for _, d in o.deferred)
-    pending = [(r, d) for r, d in o.deferred if r.offset >= budget.committed[r.partition]]
+    pending = [(r, d) for r, d in o.deferred if r.offset >= (budget.committed[r.partition] or 0)]
     pending_requests = {
         ConsolidationRequest.from_bytes(d.value).request_id
         for _, d in pending

@@ -5,8 +5,6 @@ token counters equal the server's usage, and `memstream reindex` rebuilds the sa
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,16 +62,6 @@ def memories(settings: Settings) -> dict[str, Memory]:
         shards.close()
 
 
-def cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memstream.cli", *args],
-        env=pipeline.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.fixture(scope="module")
 def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     with OpenAIServer() as server:
@@ -98,7 +86,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
             assert report.processed, pipeline.logs()
 
             def quiet() -> bool:
-                idle = cli(pipeline, "status", "--json")
+                idle = pipeline.cli("status", "--json")
                 closed = (
                     orjson.loads(idle.stdout).get("memstream_windows_closed", {})
                     if idle.returncode == 0
@@ -107,8 +95,8 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
                 return closed.get("session/idle", 0) >= 2 and asyncio.run(settled(settings))
 
             wait_for(quiet, 180, "consolidation to settle after the outage")
-            status = orjson.loads(cli(pipeline, "status", "--json").stdout)
-            cost = cli(pipeline, "cost", "--json")
+            status = orjson.loads(pipeline.cli("status", "--json").stdout)
+            cost = pipeline.cli("cost", "--json")
             assert cost.returncode == 0, cost.stderr
         finally:
             pipeline.stop()
@@ -150,7 +138,7 @@ def test_token_counters_equal_the_servers_usage(run: Run) -> None:
 
 def test_reindex_rebuilds_the_same_memories(run: Run) -> None:
     before = {k: m.model_dump() for k, m in memories(run.pipeline.settings).items()}
-    out = cli(run.pipeline, "reindex")
+    out = run.pipeline.cli("reindex")
     assert out.returncode == 0, out.stderr
     assert f"now holds {len(before):,}" in out.stdout
     assert {k: m.model_dump() for k, m in memories(run.pipeline.settings).items()} == before

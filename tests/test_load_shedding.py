@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from memstream import metrics
 from memstream.broker import Broker, free_port
 from memstream.gateway.app import Gate, admit
-from tests.conftest import make_pipeline, wait_for
+from tests.conftest import make_pipeline, ready, wait_for
 
 KEY = "shed-key-0123456789abcdef"
 
@@ -97,12 +97,6 @@ def test_past_the_bound_requests_get_503_with_retry_after_and_none_time_out(
     ).start()
     url = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     async def burst(n: int) -> list[httpx.Response | BaseException]:
         async with httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
@@ -114,7 +108,7 @@ def test_past_the_bound_requests_get_503_with_retry_after_and_none_time_out(
             return await asyncio.gather(*recalls, *probes, return_exceptions=True)
 
     try:
-        wait_for(ready, 120, "the gateway to be ready", poll=1)
+        wait_for(lambda: ready(url), 120, "the gateway to be ready", poll=1)
         results = asyncio.run(burst(40))
         errors = [r for r in results if isinstance(r, BaseException)]
         assert not errors, errors  # no timeout, no refused connection

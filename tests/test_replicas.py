@@ -40,7 +40,7 @@ from memstream.kafka import settled
 from memstream.sample import generate
 from memstream.settings import Settings
 from schemas.memory import MemoryKind
-from tests.conftest import Pipeline, make_pipeline, stored, wait_for
+from tests.conftest import Pipeline, make_pipeline, ready, stored, terminate, wait_for
 from tests.test_faults import children
 
 pytestmark = pytest.mark.integration
@@ -72,13 +72,6 @@ def overrides(gateway_port: int) -> dict[str, str]:
     }
 
 
-def ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @contextmanager
 def gateway(env: dict[str, str], log: Path) -> Iterator[str]:
     """A `memstream gateway` replica on a free port; its base URL."""
@@ -92,12 +85,7 @@ def gateway(env: dict[str, str], log: Path) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
 
 def post_all(urls: list[str], halfway: Any = None) -> None:
