@@ -89,5 +89,8 @@ class OwnWrites:
                 log.warning("%d updates not indexed after %.0fs; consolidating anyway", len(pending), waited)
                 break
             await self._sleep(self._poll_s)
-        self._pending.pop(user_key, None)
+        # Another waiter for this user (the consolidation and the summary agents both wait) may have
+        # finished first, and its next work published anew: that entry is not ours to drop.
+        if self._pending.get(user_key) is pending:
+            del self._pending[user_key]
         metrics.OWN_WRITES_WAIT.observe(waited)

@@ -156,3 +156,34 @@ def test_a_stopping_worker_does_not_wait(store: VectorStore) -> None:
     writes.published([upsert(m)])
     asyncio.run(writes.visible(store, m.key, stopping=lambda: True))  # never indexed
     assert clock.sleeps == 0
+
+
+def test_a_second_waiter_for_the_user_leaves_what_was_published_after_it_began(store: VectorStore) -> None:
+    """The consolidation and the summary agents wait for the same user. When one returns and its
+    next work publishes, the other, returning later, must not drop those new updates: the next
+    consolidation would read a stale episode and merge into it, losing a request (seen in CI:
+    tests/test_replicas.py, one episode without one request's units)."""
+    first, second = memory(1), memory(2)
+    gate = asyncio.Event()
+    polls = 0
+
+    async def sleep(seconds: float) -> None:
+        nonlocal polls
+        polls += 1
+        await gate.wait()
+
+    writes = OwnWrites(timeout_s=30, poll_s=0.02, sleep=sleep)
+
+    async def run() -> None:
+        writes.published([upsert(first)])
+        other = asyncio.ensure_future(writes.visible(store, first.key))  # polls, then sleeps
+        while polls < 1:
+            await asyncio.sleep(0)
+        await Indexer(EMBEDDER).apply(store, [upsert(first)])
+        await writes.visible(store, first.key)  # sees it at once and returns
+        writes.published([upsert(second)])  # its next work
+        gate.set()
+        await other  # wakes to find everything it waited for visible
+
+    asyncio.run(run())
+    assert writes.waiting(first.key) == 1  # the second update is still awaited
