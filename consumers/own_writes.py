@@ -5,9 +5,10 @@ supersession decision would depend on timing: two runs of the same turns through
 differed in ~8% of their memories (measured, tests/test_replicas.py). So the updates this process
 published are remembered per user until they are visible, and a user's next work waits for them.
 
-After a restart nothing is remembered: redelivered work may read a collection the indexer has
-not caught up with (never losing or doubling a request: it is skipped once folded in, and ids
-are deterministic; but a merge may then be decided differently)."""
+What another worker published before this one took the partition over is waited for once per
+partition (streams/takeover.py). While the worker stops or rebalances its index agent reads
+nothing, so a wait cannot end: the work is handed on (``Interrupted``; the caller defers it) rather
+than decided on a stale read or left to hold up the rebalance."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ from schemas.memory import Memory, MemoryOp, MemoryUpdate
 log = logging.getLogger(__name__)
 
 MAX_USERS = 10_000  # users remembered; the oldest are surely indexed long since
+
+
+class Interrupted(Exception):
+    """The worker is stopping or rebalancing: the work must be handed on, not done now."""
 
 
 def reflects(update: MemoryUpdate, stored: Memory | None) -> bool:
@@ -67,12 +72,11 @@ class OwnWrites:
         return len(self._pending.get(user_key, {}))
 
     async def visible(
-        self, store: VectorStore, user_key: str, stopping: Callable[[], bool] = lambda: False
+        self, store: VectorStore, user_key: str, interrupted: Callable[[], bool] = lambda: False
     ) -> None:
         """Return once everything published for the user shows in ``store``, or after the timeout
-        (the index role behind or down: logged and counted, and the work goes on), or when the
-        worker is ``stopping`` (its index agent no longer reads: the work goes on rather than
-        hold up the stop)."""
+        (the index role behind or down: logged and counted, and the work goes on). Raises
+        ``Interrupted`` when ``interrupted()`` turns true while updates are still missing."""
         pending = self._pending.get(user_key)
         if not pending:
             return
@@ -82,8 +86,10 @@ class OwnWrites:
             for memory_id in [m for m, u in pending.items() if reflects(u, found.get(m))]:
                 del pending[memory_id]
             waited = self._clock() - start
-            if not pending or stopping():
+            if not pending:
                 break
+            if interrupted():
+                raise Interrupted(f"{len(pending)} updates of {user_key} not indexed yet")
             if waited > self._timeout_s:
                 metrics.OWN_WRITES_TIMEOUTS.inc()
                 log.warning("%d updates not indexed after %.0fs; consolidating anyway", len(pending), waited)

@@ -134,6 +134,16 @@ OWN_WRITES_TIMEOUTS = Counter(
     "memstream_own_writes_timeouts",
     "Times consolidation stopped waiting for its earlier updates to be indexed (index role behind or down)",
 )
+TAKEOVER_WAIT = Histogram(
+    "memstream_takeover_wait_seconds",
+    "Time the first consolidation on a newly assigned partition waited for the index to apply what "
+    "was published there before",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+TAKEOVER_TIMEOUTS = Counter(
+    "memstream_takeover_timeouts",
+    "Times the first consolidation on a newly assigned partition stopped waiting for the index",
+)
 FORGOTTEN_RECORDS = Counter(
     "memstream_forgotten_records",
     "Records of a deleted user dropped because they were sent or made before the deletion",

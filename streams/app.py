@@ -38,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumers import Consolidation
 from consumers.memories import MEMORIES
+from consumers.own_writes import Interrupted
 from memstream import metrics
 from memstream.kafka import partition_for, ssl_context
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
@@ -73,6 +74,7 @@ from schemas.topics import (
 from streams.consumer import RewindingConsumer, TansuConsumer
 from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import Incoming, IngestProcessor, dead_letter
+from streams.takeover import Takeover
 from streams.validation import Rejection
 
 R = TypeVar("R", bound=Record)
@@ -224,6 +226,11 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     # An ingest batch and the erase of a deleted user never interleave: a batch either sees the
     # user forgotten, or ran before the erase.
     writing = asyncio.Lock()
+    takeover = Takeover(settings, settings.topic(MEMORY_UPDATES.name))
+
+    def interrupted() -> bool:
+        # The flow stops while the worker rebalances or stops: no index agent reads then.
+        return bool(app.should_stop) or not app.flow_control.is_active()
 
     def gone(key: bytes | None) -> Forgotten | None:
         return Forgotten.from_json(forgotten.get(key or b""))
@@ -316,14 +323,14 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             store = processor.shards.get(event.message.partition)
 
             async def attempt() -> list[MemoryUpdate]:
-                # This user's earlier updates first: decisions must not depend on the indexer's pace.
-                await consolidation.own_writes.visible(
-                    store, key.decode("utf-8", "replace"), stopping=lambda: app.should_stop
-                )
+                # What is already published, indexed first: decisions must not depend on the
+                # indexer's pace (streams/takeover.py, consumers/own_writes.py).
+                await takeover.ready(event.message.partition, interrupted)
+                await consolidation.own_writes.visible(store, key.decode("utf-8", "replace"), interrupted)
                 return await work(store, record)
 
             updates = await until_available(attempt, "consolidate", asyncio.sleep)
-        except (BudgetExhausted, LLMUnavailable) as exc:
+        except (BudgetExhausted, LLMUnavailable, Interrupted) as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
             later = _deferred(source, key, value, exc, now, settings.defer_retry_s)
             await publish((DEFERRED, [later]))
@@ -498,6 +505,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     def take_stores(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
         holding.clear()
         holding.update(tp.partition for tp in assigned if tp.topic in data_topics)
+        takeover.assigned(holding)
 
     def release_stores(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         # Sent after faust has waited for in-flight batches; the partitions' next owner opens
@@ -606,9 +614,13 @@ def _dead(
     return dead_letter(rec, Rejection(stage, reason, str(exc)[:2000]), now)
 
 
-def _deferred(source: str, key: bytes, value: bytes, exc: LLMError, now: float, retry_s: float) -> Deferred:
+def _deferred(
+    source: str, key: bytes, value: bytes, exc: LLMError | Interrupted, now: float, retry_s: float
+) -> Deferred:
     if isinstance(exc, BudgetExhausted):
         reason, not_before = "token_budget", exc.resets_at
+    elif isinstance(exc, Interrupted):  # handed on to whoever holds the partition next, at once
+        reason, not_before = "rebalance", datetime.fromtimestamp(now, UTC)
     else:
         reason, not_before = "llm_unavailable", datetime.fromtimestamp(now, UTC) + timedelta(seconds=retry_s)
     return Deferred(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from consumers.indexer import Indexer
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
-from consumers.own_writes import OwnWrites, reflects
+from consumers.own_writes import Interrupted, OwnWrites, reflects
 from memstream import metrics
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.store.base import VectorStore
@@ -149,13 +149,21 @@ def test_it_stops_waiting_after_the_timeout_and_counts_it(store: VectorStore) ->
     assert writes.waiting(m.key) == 0  # given up on: the next work does not wait again
 
 
-def test_a_stopping_worker_does_not_wait(store: VectorStore) -> None:
+def test_a_stopping_or_rebalancing_worker_hands_the_work_on(store: VectorStore) -> None:
+    """Its index agent reads nothing then: waiting would hold up the rebalance until the timeout,
+    and going on would decide on a stale read."""
     clock = Clock()
     writes = OwnWrites(timeout_s=30, poll_s=0.5, sleep=clock.sleep, clock=clock)
-    m = memory(1)
+    m, indexed = memory(1), memory(2)
     writes.published([upsert(m)])
-    asyncio.run(writes.visible(store, m.key, stopping=lambda: True))  # never indexed
+    with pytest.raises(Interrupted, match="1 updates of t/u1 not indexed yet"):
+        asyncio.run(writes.visible(store, m.key, interrupted=lambda: True))  # never indexed
     assert clock.sleeps == 0
+    assert writes.waiting(m.key) == 1  # still awaited by the next work here
+    writes.forget(m.key)
+    writes.published([upsert(indexed)])
+    asyncio.run(Indexer(EMBEDDER).apply(store, [upsert(indexed)]))
+    asyncio.run(writes.visible(store, indexed.key, interrupted=lambda: True))  # nothing missing: no raise
 
 
 def test_a_second_waiter_for_the_user_leaves_what_was_published_after_it_began(store: VectorStore) -> None:
