@@ -174,7 +174,12 @@ def run_two(broker: Broker, tmp: Path, kill: bool) -> tuple[Outcome, dict[str, A
         def kill_one() -> None:
             victim = workers[0]
             assert victim.proc is not None
-            facts["stored_at_kill"] = fetch_status(victim.settings)["units_in_store"]
+            # Mid-work, not before it began: its ingest, consolidation and index are under way.
+            facts["stored_at_kill"] = wait_for(
+                lambda: (n := fetch_status(victim.settings)["units_in_store"]) >= 60 and n,
+                60,
+                "the worker to be killed to store some of the turns",
+            )
             # One worker and no gateway: `memstream up` is the worker itself, no supervisor.
             assert not children(victim.proc.pid)
             victim.proc.send_signal(signal.SIGKILL)
