@@ -10,6 +10,11 @@ becomes one node:
     month closed   -> profile (5)      from the pending weeks that started that month, refining
                                         the previous profile
 
+Windows must be summarised in the order they closed: a day summarised before one of its sessions
+has no child for it, and the session would later be swept into the next day. So while a window's
+summary is deferred (LLM down, budget spent, a rebalance), the user's later windows are parked in
+the state, in order, and summarised right after it.
+
 Children are the *pending* nodes, not an index lookup, so a parent never misses a child that
 is still on its way to the ``memories`` collection. A session can run past midnight and an ISO
 week can straddle two months; a node's interval is therefore the hull of its window and its
@@ -19,7 +24,7 @@ hold by construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -45,19 +50,54 @@ CHILD: dict[MemoryKind, MemoryKind] = {
 class TreeState:
     pending: dict[MemoryKind, list[Memory]] = field(default_factory=dict)
     history: dict[MemoryKind, list[Memory]] = field(default_factory=dict)
+    deferred: str | None = None  # the window id whose summary is deferred, if any
+    parked: list[WindowClosed] = field(default_factory=list)  # later windows, in order
 
     def to_json(self) -> dict[str, Any]:
         def dump(nodes: dict[MemoryKind, list[Memory]]) -> dict[str, list[dict[str, Any]]]:
             return {k.value: [n.model_dump(mode="json") for n in v] for k, v in nodes.items()}
 
-        return {"pending": dump(self.pending), "history": dump(self.history)}
+        return {
+            "pending": dump(self.pending),
+            "history": dump(self.history),
+            "deferred": self.deferred,
+            "parked": [w.model_dump(mode="json") for w in self.parked],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TreeState:
         def load(nodes: dict[str, list[dict[str, Any]]]) -> dict[MemoryKind, list[Memory]]:
             return {MemoryKind(k): [Memory.model_validate(n) for n in v] for k, v in nodes.items()}
 
-        return cls(pending=load(data.get("pending", {})), history=load(data.get("history", {})))
+        return cls(
+            pending=load(data.get("pending", {})),
+            history=load(data.get("history", {})),
+            deferred=data.get("deferred"),
+            parked=[WindowClosed.model_validate(w) for w in data.get("parked", [])],
+        )
+
+
+def waits(state: TreeState, window: WindowClosed) -> bool:
+    """Whether the window must wait: an earlier window of the user is deferred."""
+    return state.deferred is not None and state.deferred != window.window_id
+
+
+def park(state: TreeState, window: WindowClosed) -> TreeState:
+    """The window set aside behind the deferred one (once: a redelivered copy is not parked again)."""
+    if any(w.window_id == window.window_id for w in state.parked):
+        return state
+    return replace(state, parked=[*state.parked, window])
+
+
+def defer(state: TreeState, window: WindowClosed) -> TreeState:
+    return replace(state, deferred=window.window_id)
+
+
+def unpark(state: TreeState) -> tuple[WindowClosed | None, TreeState]:
+    """Once the deferred window is done with: the next parked window to summarise, if any."""
+    if not state.parked:
+        return None, replace(state, deferred=None)
+    return state.parked[0], replace(state, deferred=None, parked=state.parked[1:])
 
 
 @dataclass(frozen=True)
@@ -109,7 +149,7 @@ def apply(state: TreeState, node: Memory, children: list[Memory]) -> tuple[TreeS
     same = [n for n in state.history.get(node.kind, []) if n.memory_id != node.memory_id] + [node]
     history = {**state.history, node.kind: same[-HISTORY:]}
     linked = [replace_parent(c, node.memory_id) for c in children]
-    return TreeState(pending=pending, history=history), linked
+    return replace(state, pending=pending, history=history), linked
 
 
 def replace_parent(child: Memory, parent_id: str) -> Memory:

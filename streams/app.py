@@ -28,6 +28,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any, TypeVar
 
 import faust
@@ -46,7 +47,7 @@ from memstream.pause import until_available
 from memstream.settings import Settings
 from memstream.store.base import Filter, VectorStore
 from memstream.store.remote import serve
-from memstream.tree import TreeState
+from memstream.tree import TreeState, defer, park, unpark, waits
 from memstream.units import UNITS, USER_FIELD
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
@@ -81,6 +82,16 @@ R = TypeVar("R", bound=Record)
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
+
+
+class Outcome(Enum):
+    """What became of one piece of consolidation work."""
+
+    DONE = "done"  # its updates delivered
+    DEFERRED = "deferred"  # on the deferred topic, to be tried again
+    SKIPPED = "skipped"  # dead-lettered, or made from a deleted user's data
+
+
 DEFER_HOLD_S = 5.0  # deferred work due within this is waited for in place, later work re-queued
 
 
@@ -295,24 +306,24 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     async def consolidate_one(
         event: EventT, spec: TopicSpec, work: Work, deferred: Deferred | None = None
-    ) -> bool:
-        """One unit of consolidation work and its failure paths: LLM budget spent or LLM down ->
-        deferred (retried later, never dropped); output still invalid after the repair attempt,
-        or an unreadable record -> dead letter. True when its updates were delivered. Work that
-        was deferred carries its record and its kind in ``deferred``."""
+    ) -> Outcome:
+        """One unit of consolidation work and its failure paths: LLM budget spent, LLM down, or the
+        worker stopping or rebalancing -> deferred (retried later, never dropped); output still
+        invalid after the repair attempt, or an unreadable record -> dead letter. Work that was
+        deferred carries its record and its kind in ``deferred``."""
         now = processor.clock()
         value = deferred.value if deferred else event.value or b""
         key = event.message.key or b""
         source = deferred.source_topic if deferred else spec.name
         if made_before(gone(key), event.message.timestamp):
             dropped(source, 1)  # made from a deleted user's data
-            return False
+            return Outcome.SKIPPED
         try:
             record = spec.model.from_bytes(value)
         except ValueError as exc:
             metrics.CONSOLIDATIONS.labels(source, "invalid").inc()
             await publish((DEAD_LETTER, [_dead(event, DeadLetterStage.VALIDATE, "invalid_record", exc, now)]))
-            return False
+            return Outcome.SKIPPED
         if source == DURATIVE:
             trigger = DURATIVE
         elif isinstance(record, WindowClosed):
@@ -334,21 +345,21 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
             later = _deferred(source, key, value, exc, now, settings.defer_retry_s)
             await publish((DEFERRED, [later]))
-            return False
+            return Outcome.DEFERRED
         except InvalidOutput as exc:
             metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
             dead = _dead(event, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, now, value)
             await publish((DEAD_LETTER, [dead]))
-            return False
+            return Outcome.SKIPPED
         if made_before(gone(key), now):
             dropped(source, 1)  # the user was deleted while this ran
-            return False
+            return Outcome.SKIPPED
         for u in updates:
             metrics.MEMORY_UPDATES.labels(u.op.value, u.memory.kind.value if u.memory else "-").inc()
         metrics.CONSOLIDATIONS.labels(trigger, "done" if updates else "nothing").inc()
         await publish((MEMORY_UPDATES, updates))
         consolidation.own_writes.published(updates)
-        return True
+        return Outcome.DONE
 
     user_tables = [window_state]  # per-user state a DELETE must clear
 
@@ -376,37 +387,64 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         @app.agent(topic(WINDOWS))
         async def summarize(stream: faust.StreamT) -> None:
             async for event in stream.events():
-                key = event.message.key or b""
-                after: list[TreeState] = []
-
-                async def work(store: VectorStore, window: Record) -> list[MemoryUpdate]:
-                    assert isinstance(window, WindowClosed)
-                    raw = tree_state.get(key)  # noqa: B023  (used within this iteration)
-                    state, updates = await consolidation.tree.handle(
-                        store, TreeState.from_json(raw) if raw else TreeState(), window
-                    )
-                    after.append(state)  # noqa: B023
-                    return updates
-
-                # The state moves on only once the node is delivered: a crash in between replays the
+                if (window := await readable(event, WindowClosed)) is None:
+                    continue
+                key, started = event.message.key or b"", processor.clock()
+                raw = tree_state.get(key)
+                state = TreeState.from_json(raw) if raw else TreeState()
+                if waits(state, window):
+                    # An earlier window of this user is deferred: this one is summarised after it.
+                    state = park(state, window)
+                else:
+                    outcome, state = await summarise(event, window, state, None)
+                    # Done with (or dropped): the windows parked behind it, in order, until one is
+                    # deferred in turn.
+                    while outcome is not Outcome.DEFERRED:
+                        parked, state = unpark(state)
+                        if parked is None:
+                            break
+                        again = Deferred(
+                            source_topic=WINDOWS.name,
+                            key=parked.key,
+                            value=parked.to_bytes(),
+                            reason="parked",
+                            not_before=datetime.fromtimestamp(started, UTC),
+                        )
+                        outcome, state = await summarise(event, parked, state, again)
+                # The state moves on only once the nodes are delivered: a crash in between replays the
                 # window against the old state, which rebuilds the same node (same id, same children).
-                if await consolidate_one(event, WINDOWS, work):
-                    tree_state[key] = after[0].to_json()
-                    window = WindowClosed.from_bytes(event.value)
-                    if window.level == WindowLevel.MONTH:
-                        # Durative memory clusters the month's facts, some of which may still be on their
-                        # way from recurrence consolidation: it runs once they have surely landed.
-                        due = datetime.fromtimestamp(processor.clock(), UTC) + timedelta(
-                            seconds=settings.durative_delay_s
-                        )
-                        job = Deferred(
-                            source_topic=DURATIVE,
-                            key=window.key,
-                            value=event.value,
-                            reason="durative_due",
-                            not_before=due,
-                        )
-                        await publish((DEFERRED, [job]))
+                if not made_before(gone(key), started):
+                    tree_state[key] = state.to_json()
+
+        async def summarise(
+            event: EventT, window: WindowClosed, state: TreeState, parked: Deferred | None
+        ) -> tuple[Outcome, TreeState]:
+            after: list[TreeState] = []
+
+            async def work(store: VectorStore, record: Record) -> list[MemoryUpdate]:
+                assert isinstance(record, WindowClosed)
+                new, updates = await consolidation.tree.handle(store, state, record)
+                after.append(new)
+                return updates
+
+            outcome = await consolidate_one(event, WINDOWS, work, parked)
+            if outcome is Outcome.DEFERRED:
+                return outcome, defer(state, window)
+            if outcome is Outcome.DONE and window.level == WindowLevel.MONTH:
+                # Durative memory clusters the month's facts, some of which may still be on their
+                # way from recurrence consolidation: it runs once they have surely landed.
+                due = datetime.fromtimestamp(processor.clock(), UTC) + timedelta(
+                    seconds=settings.durative_delay_s
+                )
+                job = Deferred(
+                    source_topic=DURATIVE,
+                    key=window.key,
+                    value=window.to_bytes(),
+                    reason="durative_due",
+                    not_before=due,
+                )
+                await publish((DEFERRED, [job]))
+            return outcome, after[0] if outcome is Outcome.DONE else state
 
     if "index" in settings.roles:
 

@@ -241,6 +241,19 @@ def test_an_llm_outage_defers_consolidation_retries_it_and_loses_none(outage: Ou
     # own node is not checked: a window may write nothing, or its node be rewritten by a later one.
     on_topic = Counter(w.window_id for w in o.windows)
     assert all(on_topic[w] >= 2 for w in deferred_windows)
+    # A user's windows are summarised in the order they closed, the later ones parked behind a
+    # deferred one: no day or week takes a child that started before its window (a session
+    # deferred while its day went on would be swept into a later day).
+    closed = {w.window_id: w for w in o.windows}
+    by_id = {m.memory_id: m for m in o.memories}
+    swept = [
+        (node.memory_id, child)
+        for node in o.memories
+        if node.kind in (MemoryKind.DAY, MemoryKind.WEEK) and node.window_id in closed
+        for child in node.children
+        if child in by_id and by_id[child].start < closed[node.window_id].start
+    ]
+    assert not swept, swept
     # The concurrency limit held (a timed-out request stops counting once its client hangs up).
     assert server.max_in_flight <= CONCURRENCY
 

@@ -5,6 +5,7 @@ the property covers sessions past midnight, weeks straddling months and idle clo
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream.durative import cluster
-from memstream.tree import KIND, TreeState, apply, covers, hull, plan
+from memstream.tree import KIND, TreeState, apply, covers, defer, hull, park, plan, unpark, waits
 from memstream.windows import advance, close_idle
 from schemas.events import WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind
@@ -141,3 +142,63 @@ def test_durative_clusters_separate_topics_and_are_deterministic() -> None:
     assert labels == cluster(vectors)
     assert labels == [0] * 8 + [1] * 10 + [2] * 7
     assert cluster(vectors[:4]) == [0] * 4  # too few facts for more than one topic
+
+
+def summarise(windows: list[WindowClosed], failures: dict[str, int]) -> dict[str, Memory]:
+    """The summary agent's loop (streams/app.py) with ``failures[window_id]`` deferrals of a
+    window (LLM down, a rebalance): a deferred window comes back after the others on the topic."""
+    state, nodes = TreeState(), {}
+    queue, later = deque(windows), deque[WindowClosed]()
+    left = dict(failures)
+
+    def attempt(window: WindowClosed) -> bool:
+        nonlocal state
+        if left.get(window.window_id, 0) > 0:
+            left[window.window_id] -= 1
+            state = defer(state, window)
+            later.append(window)
+            return False
+        state, node, _ = build(state, window)
+        nodes[node.memory_id] = node
+        return True
+
+    while queue or later:
+        if not queue:
+            queue, later = later, queue
+        window = queue.popleft()
+        if waits(state, window):
+            state = park(state, window)
+            continue
+        done = attempt(window)
+        while done:
+            parked, state = unpark(state)
+            if parked is None:
+                break
+            done = attempt(parked)
+    assert state.deferred is None and not state.parked
+    return nodes
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions, st.data())
+def test_windows_parked_behind_a_deferred_one_give_the_tree_as_if_none_was_deferred(
+    spec: list[tuple[int, int, int]], data: st.DataObject
+) -> None:
+    """Without parking, a day summarised before its deferred session has no child for it, and the
+    session is swept into a later day."""
+    windows = windows_for(spec)
+    ids = [w.window_id for w in windows]
+    failures = data.draw(st.dictionaries(st.sampled_from(ids), st.integers(1, 3), max_size=5))
+    assert summarise(windows, failures) == summarise(windows, {})
+
+
+def test_parking_keeps_the_order_once_per_window_and_round_trips() -> None:
+    a, b, c = windows_for([(30, 2, 5)] * 2)[:3]
+    state = defer(TreeState(), a)
+    assert not waits(state, a) and waits(state, b)
+    state = park(park(park(state, b), c), b)  # a redelivered copy is not parked twice
+    assert [w.window_id for w in state.parked] == [b.window_id, c.window_id]
+    assert TreeState.from_json(state.to_json()) == state
+    nxt, state = unpark(state)
+    assert nxt == b and state.deferred is None and state.parked == [c]
+    assert TreeState.from_json({"pending": {}, "history": {}}) == TreeState()  # state written before
