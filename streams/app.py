@@ -82,6 +82,7 @@ R = TypeVar("R", bound=Record)
 Work = Callable[[VectorStore, Record], Awaitable[list[MemoryUpdate]]]
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
+DEFER_HOLD_S = 5.0  # deferred work due within this is waited for in place, later work re-queued
 
 
 class Outcome(Enum):
@@ -90,9 +91,6 @@ class Outcome(Enum):
     DONE = "done"  # its updates delivered
     DEFERRED = "deferred"  # on the deferred topic, to be tried again
     SKIPPED = "skipped"  # dead-lettered, or made from a deleted user's data
-
-
-DEFER_HOLD_S = 5.0  # deferred work due within this is waited for in place, later work re-queued
 
 
 def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
@@ -305,16 +303,17 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     )
 
     async def consolidate_one(
-        event: EventT, spec: TopicSpec, work: Work, deferred: Deferred | None = None
+        event: EventT, spec: TopicSpec, work: Work, value: bytes | None = None, source: str | None = None
     ) -> Outcome:
         """One unit of consolidation work and its failure paths: LLM budget spent, LLM down, or the
         worker stopping or rebalancing -> deferred (retried later, never dropped); output still
-        invalid after the repair attempt, or an unreadable record -> dead letter. Work that was
-        deferred carries its record and its kind in ``deferred``."""
+        invalid after the repair attempt, or an unreadable record -> dead letter. The record is the
+        event's unless ``value`` is given (deferred work, a parked window); ``source`` names its
+        kind when that is not ``spec``'s topic (a month's durative memory)."""
         now = processor.clock()
-        value = deferred.value if deferred else event.value or b""
+        value = event.value or b"" if value is None else value
         key = event.message.key or b""
-        source = deferred.source_topic if deferred else spec.name
+        source = source or spec.name
         if made_before(gone(key), event.message.timestamp):
             dropped(source, 1)  # made from a deleted user's data
             return Outcome.SKIPPED
@@ -403,21 +402,14 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                         parked, state = unpark(state)
                         if parked is None:
                             break
-                        again = Deferred(
-                            source_topic=WINDOWS.name,
-                            key=parked.key,
-                            value=parked.to_bytes(),
-                            reason="parked",
-                            not_before=datetime.fromtimestamp(started, UTC),
-                        )
-                        outcome, state = await summarise(event, parked, state, again)
+                        outcome, state = await summarise(event, parked, state, parked.to_bytes())
                 # The state moves on only once the nodes are delivered: a crash in between replays the
                 # window against the old state, which rebuilds the same node (same id, same children).
                 if not made_before(gone(key), started):
                     tree_state[key] = state.to_json()
 
         async def summarise(
-            event: EventT, window: WindowClosed, state: TreeState, parked: Deferred | None
+            event: EventT, window: WindowClosed, state: TreeState, parked: bytes | None
         ) -> tuple[Outcome, TreeState]:
             after: list[TreeState] = []
 
@@ -496,7 +488,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                         assert isinstance(window, WindowClosed)
                         return await consolidation.tree.durative(store, window)
 
-                    await consolidate_one(event, WINDOWS, durative, deferred)
+                    await consolidate_one(event, WINDOWS, durative, deferred.value, DURATIVE)
                     continue
                 name = settings.topic(deferred.source_topic)
                 await (await app.producer.send(name, deferred.key.encode(), deferred.value, None, None, None))
