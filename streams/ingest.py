@@ -255,10 +255,16 @@ class IngestProcessor:
         the request a trigger fired), then older members are marked, then the caller publishes.
         A redelivered unit found in the store re-publishes its request and re-applies the marks
         (both idempotent), so a crash anywhere in between neither loses nor doubles a request.
+        The marks are re-applied before the new units are checked, as they were made the first
+        time: after a crash before the marking, the new units would find those members still
+        buffered and take them into a second request.
         """
+        if replayed:
+            members = sorted({i for req in replayed for i in req.unit_ids})
+            store.set_payload(UNITS, members, CONSOLIDATED_PAYLOAD)
         with metrics.STAGE_SECONDS.labels("recurrence").time():
             fired = self._recurrence(store, new, vectors, latest)
-        marked = {i for req in [*fired.values(), *replayed] for i in req.unit_ids}
+        marked = {i for req in fired.values() for i in req.unit_ids}
 
         with metrics.STAGE_SECONDS.labels("upsert").time():
             points = []

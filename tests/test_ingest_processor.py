@@ -88,3 +88,50 @@ def test_each_partition_keeps_its_users_units_and_decisions_do_not_change(tmp_pa
         stored = scroll_all(processor.shards.get(p), UNITS)
         assert {h.payload["user_key"] for h in stored} == users
         assert len(stored) == sum(1 for r in partitioned if r.partition == p)
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_requests(
+    tmp_path: Path,
+) -> None:
+    """A batch stores its units with their decisions, then marks the older members of the
+    requests it fired. A crash in between leaves those members buffered; the redelivered batch
+    re-marks them before checking its new units, or a new unit would take them into a second
+    request (found by tests/test_faults.py, a worker killed mid-replay)."""
+    _, whole = run(tmp_path / "whole", 64)
+    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    state: dict[bytes, object] = {}
+    fired: list[ConsolidationRequest] = []
+
+    def crash(*args: object) -> None:
+        raise Crash
+
+    async def until_crash() -> int:
+        for i in range(0, len(RECORDS), 64):
+            shards.get(0).set_payload = crash  # type: ignore[method-assign]
+            try:
+                fired.extend((await processor.process(RECORDS[i : i + 64], state)).consolidation)
+            except Crash:
+                return i
+        raise AssertionError("no batch marked older members")
+
+    crashed_at = asyncio.run(until_crash())
+    assert crashed_at > 0
+    shards.close()
+
+    # Restarted: the batch is redelivered together with the next turns, which are new.
+    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+
+    async def rest() -> None:
+        for i in range(crashed_at, len(RECORDS), 200):
+            fired.extend((await processor.process(RECORDS[i : i + 200], state)).consolidation)
+
+    asyncio.run(rest())
+    members = [i for r in {r.request_id: r for r in fired}.values() for i in r.unit_ids]
+    assert len(members) == len(set(members))
+    assert {r.request_id for r in fired} == {r.request_id for r in whole}
