@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,6 +74,12 @@ class Pipeline:
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")[-5000:]
+
+    def problems(self, last: int = 30) -> str:
+        """The log's warnings and errors (memstream's and faust's), for a failure message."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        found = [ln[:300] for ln in lines if re.search(r"WARNING|ERROR|Traceback|Error:", ln)]
+        return "\n".join(found[-last:]) or "(no warnings or errors logged)"
 
 
 def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:

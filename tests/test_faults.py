@@ -200,6 +200,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, 
         f"upserts per memory id max {max(upserts.values(), default=0)}, "
         f"{sum(1 for n in upserts.values() if n > 1)} ids upserted more than once; "
         f"status {status.get('memstream_consolidations')}; test {time.monotonic() - t_start:.0f}s"
+        f"\nworker warnings and errors:\n{pipeline.problems()}"
     )
     assert processed, f"not every turn committed after the restart; committed offsets {offsets}"
     assert not lost, sorted(lost)[:10]
