@@ -144,12 +144,6 @@ TAKEOVER_TIMEOUTS = Counter(
     "memstream_takeover_timeouts",
     "Times the first consolidation on a newly assigned partition stopped waiting for the index",
 )
-CONSUMER_REREADS = Counter(
-    "memstream_consumer_rereads",
-    "Times a partition was read again from a record that reached no agent (dropped between fetch "
-    "and stream during a rebalance); the commit waits for it",
-    ["topic"],
-)
 FORGOTTEN_RECORDS = Counter(
     "memstream_forgotten_records",
     "Records of a deleted user dropped because they were sent or made before the deletion",
