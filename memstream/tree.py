@@ -24,6 +24,7 @@ hold by construction.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -98,6 +99,26 @@ def unpark(state: TreeState) -> tuple[WindowClosed | None, TreeState]:
     if not state.parked:
         return None, replace(state, deferred=None)
     return state.parked[0], replace(state, deferred=None, parked=state.parked[1:])
+
+
+Attempt = Callable[[TreeState, WindowClosed], Awaitable[tuple[bool, TreeState]]]
+
+
+async def in_closing_order(state: TreeState, window: WindowClosed, summarise: Attempt) -> TreeState:
+    """The state after ``window`` arrived: parked while an earlier window is deferred; else
+    summarised, then the windows parked behind it, in order, until one is deferred in turn.
+    ``summarise`` returns whether the window is done with (summarised, or dropped) and the state
+    after it; a window not done with is deferred here."""
+    if waits(state, window):
+        return park(state, window)
+    while True:
+        done, state = await summarise(state, window)
+        if not done:
+            return defer(state, window)
+        parked, state = unpark(state)
+        if parked is None:
+            return state
+        window = parked
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from memstream.pause import until_available
 from memstream.settings import Settings
 from memstream.store.base import Filter, VectorStore
 from memstream.store.remote import serve
-from memstream.tree import TreeState, defer, park, unpark, waits
+from memstream.tree import TreeState, in_closing_order
 from memstream.units import UNITS, USER_FIELD
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
@@ -390,19 +390,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     continue
                 key, started = event.message.key or b"", processor.clock()
                 raw = tree_state.get(key)
-                state = TreeState.from_json(raw) if raw else TreeState()
-                if waits(state, window):
-                    # An earlier window of this user is deferred: this one is summarised after it.
-                    state = park(state, window)
-                else:
-                    outcome, state = await summarise(event, window, state, None)
-                    # Done with (or dropped): the windows parked behind it, in order, until one is
-                    # deferred in turn.
-                    while outcome is not Outcome.DEFERRED:
-                        parked, state = unpark(state)
-                        if parked is None:
-                            break
-                        outcome, state = await summarise(event, parked, state, parked.to_bytes())
+                state = await in_closing_order(
+                    TreeState.from_json(raw) if raw else TreeState(),
+                    window,
+                    # A parked window is not the event's record: its own bytes are summarised.
+                    lambda state, w: summarise(event, w, state, None if w is window else w.to_bytes()),  # noqa: B023
+                )
                 # The state moves on only once the nodes are delivered: a crash in between replays the
                 # window against the old state, which rebuilds the same node (same id, same children).
                 if not made_before(gone(key), started):
@@ -410,7 +403,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
         async def summarise(
             event: EventT, window: WindowClosed, state: TreeState, parked: bytes | None
-        ) -> tuple[Outcome, TreeState]:
+        ) -> tuple[bool, TreeState]:
+            """Whether the window is done with (summarised, or dropped: not deferred), and the
+            state after it."""
             after: list[TreeState] = []
 
             async def work(store: VectorStore, record: Record) -> list[MemoryUpdate]:
@@ -420,8 +415,6 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 return updates
 
             outcome = await consolidate_one(event, WINDOWS, work, parked)
-            if outcome is Outcome.DEFERRED:
-                return outcome, defer(state, window)
             if outcome is Outcome.DONE and window.level == WindowLevel.MONTH:
                 # Durative memory clusters the month's facts, some of which may still be on their
                 # way from recurrence consolidation: it runs once they have surely landed.
@@ -436,7 +429,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     not_before=due,
                 )
                 await publish((DEFERRED, [job]))
-            return outcome, after[0] if outcome is Outcome.DONE else state
+            return outcome is not Outcome.DEFERRED, after[0] if outcome is Outcome.DONE else state
 
     if "index" in settings.roles:
 

@@ -5,6 +5,7 @@ the property covers sessions past midnight, weeks straddling months and idle clo
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -14,7 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream.durative import cluster
-from memstream.tree import KIND, TreeState, apply, covers, defer, hull, park, plan, unpark, waits
+from memstream.tree import (
+    KIND,
+    TreeState,
+    apply,
+    covers,
+    defer,
+    hull,
+    in_closing_order,
+    park,
+    plan,
+    unpark,
+    waits,
+)
 from memstream.windows import advance, close_idle
 from schemas.events import WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind
@@ -145,36 +158,31 @@ def test_durative_clusters_separate_topics_and_are_deterministic() -> None:
 
 
 def summarise(windows: list[WindowClosed], failures: dict[str, int]) -> dict[str, Memory]:
-    """The summary agent's loop (streams/app.py) with ``failures[window_id]`` deferrals of a
-    window (LLM down, a rebalance): a deferred window comes back after the others on the topic."""
-    state, nodes = TreeState(), {}
-    queue, later = deque(windows), deque[WindowClosed]()
+    """The summary agent (streams/app.py) with ``failures[window_id]`` deferrals of a window (LLM
+    down, a rebalance): a deferred window comes back after the others on the topic."""
+    nodes: dict[str, Memory] = {}
+    later = deque[WindowClosed]()
     left = dict(failures)
 
-    def attempt(window: WindowClosed) -> bool:
-        nonlocal state
+    async def attempt(state: TreeState, window: WindowClosed) -> tuple[bool, TreeState]:
         if left.get(window.window_id, 0) > 0:
             left[window.window_id] -= 1
-            state = defer(state, window)
             later.append(window)
-            return False
+            return False, state
         state, node, _ = build(state, window)
         nodes[node.memory_id] = node
-        return True
+        return True, state
 
-    while queue or later:
-        if not queue:
-            queue, later = later, queue
-        window = queue.popleft()
-        if waits(state, window):
-            state = park(state, window)
-            continue
-        done = attempt(window)
-        while done:
-            parked, state = unpark(state)
-            if parked is None:
-                break
-            done = attempt(parked)
+    async def topic() -> TreeState:
+        state, queue = TreeState(), deque(windows)
+        while queue or later:
+            if not queue:
+                queue.extend(later)
+                later.clear()
+            state = await in_closing_order(state, queue.popleft(), attempt)
+        return state
+
+    state = asyncio.run(topic())
     assert state.deferred is None and not state.parked
     return nodes
 
