@@ -40,6 +40,12 @@ CONSUMER_LAG = Gauge(
     "Records on the partition not yet read by the worker's agents (every topic after the gateway)",
     ["topic", "partition"],
 )
+CONSUMER_REWINDS = Counter(
+    "memstream_consumer_rewinds",
+    "Times a partition was sought back because a record arrived ahead of the next offset to deliver"
+    " (fetched before a seek; streams/delivery.py)",
+    ["topic"],
+)
 
 # --- consolidation LLM (memstream/llm/) ----------------------------------------------------
 LLM_CALLS = Counter(
