@@ -21,7 +21,7 @@ recovery) faust may still fetch records, drop them, and then "seek back to commi
 offset is above 0, so a partition with no commit yet keeps the advanced fetch position and the
 dropped records are never read: found by ``tests/test_faults.py`` (a worker killed before its
 first commit of a partition, then restarted: the records it had not committed were skipped).
-Here such partitions go back to their beginning; processing is idempotent, so reading them again
+Here such partitions are sought to their earliest offset; processing is idempotent, so reading them again
 costs time, never correctness.
 
 Against Tansu (``TansuConsumer``), fetches wait less. faust asks the broker to hold a fetch up to
@@ -61,38 +61,36 @@ class RewindingConsumer(AIOKafkaConsumer):
         return bool(self.app.topics.acks_enabled_for(tp.topic))
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
-        fetch = self._order.fetch_begins()
         rewound: set[TP] = set()
         async for tp, message in super().getmany(timeout):
             if not self._ordered(tp):
                 yield tp, message
                 continue
-            expected = self._order.expected(tp)
-            verdict = self._order.admit(tp, message.offset, fetch)
-            if verdict in (Verdict.DUPLICATE, Verdict.WAIT):
-                continue
-            if verdict is Verdict.REWIND:
-                if tp not in rewound:  # once per fetch: the rest of it is stale as well
-                    rewound.add(tp)
-                    metrics.CONSUMER_REWINDS.labels(tp.topic).inc()
-                    assert expected is not None
-                    await self.seek(tp, expected)
-                continue
-            if verdict is Verdict.GAP:
-                assert expected is not None
-                log.warning(
-                    "%s/%d: offsets %d-%d are not on the broker (expired?); going on at %d",
-                    tp.topic,
-                    tp.partition,
-                    expected,
-                    message.offset - 1,
-                    message.offset,
-                )
-                await self._add_gap(tp, expected, message.offset - 1)
-            # faust's drain loop drops a record below its read offset and counts a jump as a
-            # gap; the order is kept here, so its check must let every delivered record pass.
-            self._read_offset[tp] = message.offset
-            yield tp, message
+            verdict = self._order.admit(tp, message.offset)
+            if verdict is Verdict.REWIND and tp not in rewound:  # once per fetch: the rest is stale too
+                rewound.add(tp)
+                await self._rewind(tp)
+            if verdict is Verdict.DELIVER:
+                # faust's drain loop drops a record below its read offset and counts a jump as a
+                # gap; the order is kept here, so its check must let every delivered record pass.
+                self._read_offset[tp] = message.offset
+                yield tp, message
+
+    async def _rewind(self, tp: TP) -> None:
+        metrics.CONSUMER_REWINDS.labels(tp.topic).inc()
+        earliest = (await self.earliest_offsets(tp)).get(tp, 0)
+        offset, expired = self._order.rewind_to(tp, earliest)
+        if expired:
+            log.error(
+                "%s/%d: offsets %d-%d expired before they were processed; going on at %d",
+                tp.topic,
+                tp.partition,
+                expired.start,
+                expired.stop - 1,
+                offset,
+            )
+            await self._add_gap(tp, expired.start, expired.stop - 1)  # so commits can pass them
+        await self.seek(tp, offset)
 
     async def seek(self, partition: TP, offset: int) -> None:
         self._order.seeking(partition)
@@ -104,11 +102,11 @@ class RewindingConsumer(AIOKafkaConsumer):
         for tp in ordered:
             self._order.seeking(tp)
         committed = await super().seek_to_committed()
+        # Explicit seeks: aiokafka's seek_to_beginning is lazy and keeps records it had fetched.
         uncommitted = [tp for tp, offset in committed.items() if not offset]
-        beginning: Mapping[TP, int] = {}
-        if uncommitted:
-            await self._thread.seek_to_beginning(*uncommitted)
-            beginning = await self.earliest_offsets(*uncommitted)
+        beginning = await self.earliest_offsets(*uncommitted) if uncommitted else {}
+        for tp in uncommitted:
+            await self._seek(tp, beginning.get(tp, 0))
         for tp in ordered:
             self._order.sought(tp, committed.get(tp) or beginning.get(tp, 0))
         return committed

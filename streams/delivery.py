@@ -13,19 +13,16 @@ the offset after the last one delivered, or the offset it was last sought to.
   to its committed offset once table recovery is done, and fetches it again from there.
 * ``offset == expected``: delivered.
 * ``offset < expected``: delivered before (a record fetched again after a rewind): dropped.
-* ``offset > expected``: either a record fetched before a seek, or the broker has nothing
-  between (records expired by retention, compaction, transaction markers). It is dropped and
-  the partition rewound to ``expected``; the first record of the first fetch that began after
-  that rewind decides: if it is still ahead, the offsets between do not exist and it is
-  delivered as a ``GAP``.
+* ``offset > expected``: fetched before a seek, or the broker no longer has the offsets between
+  (expired by retention). Dropped, and the partition rewound to ``expected``, or to the
+  broker's earliest offset when that is later (``rewind_to``).
 
 Pure bookkeeping over plain data; ``streams/consumer.py`` does the fetching and seeking.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable
 from enum import Enum
 
 
@@ -33,62 +30,42 @@ class Verdict(Enum):
     DELIVER = "deliver"
     DUPLICATE = "duplicate"  # already delivered: drop
     WAIT = "wait"  # not sought since it was assigned: drop, the coming seek fetches it again
-    REWIND = "rewind"  # ahead of the next offset: drop, and seek the partition back to it
-    GAP = "gap"  # ahead, and the broker has nothing between: deliver
-
-
-@dataclass
-class _Partition:
-    expected: int | None = None  # the next offset to deliver; None until the first seek ends
-    epoch: int = 0  # changes at the start and at the end of every seek
-    fresh: bool = False  # the last seek has finished and nothing was delivered since
+    REWIND = "rewind"  # ahead of the next offset: drop, and seek the partition back (rewind_to)
 
 
 class InOrder:
     def __init__(self) -> None:
-        self._parts: dict[Hashable, _Partition] = {}
-
-    def _part(self, tp: Hashable) -> _Partition:
-        return self._parts.setdefault(tp, _Partition())
+        self._expected: dict[Hashable, int] = {}  # the next offset to deliver, per sought partition
 
     def expected(self, tp: Hashable) -> int | None:
-        part = self._parts.get(tp)
-        return part.expected if part else None
+        return self._expected.get(tp)
 
     def seeking(self, tp: Hashable) -> None:
-        """A seek of ``tp`` begins: a fetch under way may return records from before or after it."""
-        part = self._part(tp)
-        part.epoch += 1
-        part.fresh = False
+        """A seek of ``tp`` begins: nothing of it is delivered until it has finished."""
+        self._expected.pop(tp, None)
 
     def sought(self, tp: Hashable, offset: int) -> None:
         """The seek has finished: the next fetch of ``tp`` starts at ``offset``."""
-        part = self._part(tp)
-        part.expected = offset
-        part.epoch += 1
-        part.fresh = True
+        self._expected[tp] = offset
 
-    def forget(self, tp: Hashable) -> None:
-        """``tp`` was revoked: nothing of it is delivered until it is assigned and sought again."""
-        self._parts.pop(tp, None)
+    forget = seeking  # a revoked partition waits for its next assignment's seek
 
-    def fetch_begins(self) -> dict[Hashable, int]:
-        """Taken before a fetch: which seek each partition's records can be after."""
-        return {tp: part.epoch for tp, part in self._parts.items()}
-
-    def admit(self, tp: Hashable, offset: int, fetch: Mapping[Hashable, int]) -> Verdict:
-        """The verdict on a record of ``tp`` at ``offset`` from the fetch that began at ``fetch``."""
-        part = self._parts.get(tp)
-        if part is None or part.expected is None:
+    def admit(self, tp: Hashable, offset: int) -> Verdict:
+        expected = self._expected.get(tp)
+        if expected is None:
             return Verdict.WAIT
-        if offset < part.expected:
+        if offset < expected:
             return Verdict.DUPLICATE
-        if offset > part.expected:
-            if not (part.fresh and fetch.get(tp) == part.epoch):
-                return Verdict.REWIND
-            verdict = Verdict.GAP
-        else:
-            verdict = Verdict.DELIVER
-        part.expected = offset + 1
-        part.fresh = False
-        return verdict
+        if offset > expected:
+            return Verdict.REWIND
+        self._expected[tp] = offset + 1
+        return Verdict.DELIVER
+
+    def rewind_to(self, tp: Hashable, earliest: int) -> tuple[int, range]:
+        """Where a partition with a record ahead of ``expected`` is sought back to, given the
+        broker's earliest offset: the expected offset, or the earliest one and the range of
+        offsets that expired before they were delivered."""
+        expected = self._expected[tp]
+        if earliest > expected:
+            return earliest, range(expected, earliest)
+        return expected, range(0)

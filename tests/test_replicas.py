@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -203,10 +204,17 @@ def one(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
 
 def differences(one: Outcome, two: Outcome) -> str:
     differing = [k for k in one.memories.keys() & two.memories.keys() if one.memories[k] != two.memories[k]]
+    only_one = one.memories.keys() - two.memories.keys()
+    only_two = two.memories.keys() - one.memories.keys()
+
+    def kinds(ids: Any, out: Outcome) -> dict[str, int]:
+        return dict(Counter(str(out.memories[i]["kind"]) for i in ids))
+
     return (
         f"{len(two.units)} units, {len(two.memories)} memories (one worker: {len(one.units)}, "
-        f"{len(one.memories)}); memories only in one {len(one.memories.keys() - two.memories.keys())}, "
-        f"only in two {len(two.memories.keys() - one.memories.keys())}, differing {len(differing)}"
+        f"{len(one.memories)}); memories only in one {len(only_one)} {kinds(only_one, one)}, "
+        f"only in two {len(only_two)} {kinds(only_two, two)}, differing {len(differing)} "
+        f"{kinds(differing, one)}"
     )
 
 
