@@ -64,7 +64,7 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
 
     async def feed() -> None:
         for i in range(0, len(records), alone.batch_size):
-            await processor.process(records[i : i + alone.batch_size], state)
+            state.update((await processor.process(records[i : i + alone.batch_size], state)).window_state)
 
     t0 = time.perf_counter()
     asyncio.run(feed())

@@ -36,6 +36,7 @@ async def ingest_all(
     events = Events()
     for i in range(0, len(records), batch_size):
         result = await processor.process(records[i : i + batch_size], state)
+        state.update(result.window_state)
         events.requests += result.consolidation
         events.windows += result.windows
         if progress:

@@ -301,6 +301,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                         (WINDOWS, counted(result.windows)),
                         (DEAD_LETTER, result.dead_letters),
                     )
+                    window_state.update(result.window_state)  # after: see BatchResult
 
     async def consolidate_one(
         event: EventT, spec: TopicSpec, work: Work, value: bytes | None = None, source: str | None = None
@@ -548,6 +549,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         @app.timer(settings.idle_check_interval_s)
         async def close_idle_windows() -> None:
             closed = []
+            states: dict[bytes, Any] = {}
             now = processor.clock()
             mine = owned()
             for key, raw in list(window_state.items()):
@@ -556,9 +558,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                     continue
                 state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
                 if done:
-                    window_state[key] = state.to_json()
+                    states[key] = state.to_json()
                     closed.extend(done)
+            # Published first: a crash in between then closes the windows again (same ids), where
+            # saved first it would lose them.
             await publish((WINDOWS, counted(closed)))
+            window_state.update(states)
 
     @app.timer(5.0)
     async def report_lag() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -77,6 +77,10 @@ class BatchResult:
     consolidation: list[ConsolidationRequest] = field(default_factory=list)
     windows: list[WindowClosed] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    # Each user's window state after the batch (UserWindows JSON), to be saved once the windows
+    # it closed are published: saved first, a crash in between would lose those closings for
+    # good (a redelivered unit the state has seen is not tracked again).
+    window_state: dict[bytes, dict[str, Any]] = field(default_factory=dict)
 
 
 class IngestProcessor:
@@ -99,11 +103,10 @@ class IngestProcessor:
         self.idle_close = timedelta(seconds=settings.idle_close_s)
         self.late_tolerance = timedelta(seconds=settings.late_event_tolerance_s)
 
-    async def process(
-        self, batch: Sequence[Incoming], window_state: MutableMapping[bytes, Any]
-    ) -> BatchResult:
+    async def process(self, batch: Sequence[Incoming], window_state: Mapping[bytes, Any]) -> BatchResult:
         """Process one batch. ``window_state`` maps the ``tenant/user`` key bytes to the JSON of
-        :class:`UserWindows` (a faust table in the app, a dict in tests)."""
+        :class:`UserWindows` (a faust table in the app, a dict in tests); it is read, not written:
+        the new states are in ``result.window_state``."""
         metrics.BATCH_SIZE.observe(len(batch))
         result = BatchResult()
         now = self.clock()
@@ -130,9 +133,7 @@ class IngestProcessor:
             self._record(chunk, vectors, replayed if k == 0 else [], result, latest)
         to_track = {u.unit_id for _, u in new} | untracked
         with metrics.STAGE_SECONDS.labels("windows").time():
-            self._track_windows(
-                [u for _, u in fresh if u.unit_id in to_track], windows, window_state, now, result
-            )
+            self._track_windows([u for _, u in fresh if u.unit_id in to_track], windows, now, result)
         return result
 
     def status(self, partitions: Iterable[int]) -> dict[str, Any]:
@@ -358,7 +359,6 @@ class IngestProcessor:
         self,
         units: list[Unit],
         by_user: dict[bytes, UserWindows | None],
-        state: MutableMapping[bytes, Any],
         now: float,
         result: BatchResult,
     ) -> None:
@@ -381,9 +381,7 @@ class IngestProcessor:
             by_user[key] = after
             result.windows.extend(closed)
         # One state write per user per batch: each write is a changelog record.
-        for key, value in by_user.items():
-            if value is not None:
-                state[key] = value.to_json()
+        result.window_state = {key: value.to_json() for key, value in by_user.items() if value is not None}
 
 
 def dead_letter(rec: Incoming, why: Rejection, now: float) -> DeadLetter:
@@ -402,9 +400,7 @@ def dead_letter(rec: Incoming, why: Rejection, now: float) -> DeadLetter:
     )
 
 
-def _read_windows(
-    units: Iterable[Unit], state: MutableMapping[bytes, Any]
-) -> dict[bytes, UserWindows | None]:
+def _read_windows(units: Iterable[Unit], state: Mapping[bytes, Any]) -> dict[bytes, UserWindows | None]:
     """Each user's window state, read once per batch."""
     out: dict[bytes, UserWindows | None] = {}
     for unit in units:

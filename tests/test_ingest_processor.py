@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,17 @@ from memstream.store import scroll_all
 from memstream.store.shards import EdgeShards
 from memstream.units import CONSOLIDATED, STATE_FIELD, UNITS
 from schemas.events import ConsolidationRequest
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import BatchResult, Incoming, IngestProcessor, units_spec
 
 TURNS = list(generate(users=3, days=30, seed=5))
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
+
+
+async def step(processor: IngestProcessor, batch: list[Incoming], state: dict[bytes, Any]) -> BatchResult:
+    """One batch, its window state saved as the app saves it (after publishing)."""
+    result = await processor.process(batch, state)
+    state.update(result.window_state)
+    return result
 
 
 def run(
@@ -26,12 +34,12 @@ def run(
 ) -> tuple[IngestProcessor, list[ConsolidationRequest]]:
     shards = EdgeShards(tmp / "store", [units_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp), HashingEmbedder(384), shards)
-    state: dict[bytes, object] = {}
+    state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
 
     async def feed() -> None:
         for i in range(0, len(records), batch):
-            fired.extend((await processor.process(records[i : i + batch], state)).consolidation)
+            fired.extend((await step(processor, records[i : i + batch], state)).consolidation)
 
     asyncio.run(feed())
     return processor, fired
@@ -56,12 +64,12 @@ def test_members_are_marked_and_a_cluster_never_fires_twice(tmp_path: Path) -> N
 
 def test_redelivery_stores_nothing_and_republishes_the_same_requests(tmp_path: Path) -> None:
     processor, fired = run(tmp_path, 64)
-    state: dict[bytes, object] = {}
+    state: dict[bytes, Any] = {}
 
     async def again() -> list[ConsolidationRequest]:
         out: list[ConsolidationRequest] = []
         for i in range(0, len(RECORDS), 100):
-            result = await processor.process(RECORDS[i : i + 100], state)
+            result = await step(processor, RECORDS[i : i + 100], state)
             assert result.duplicates == len(RECORDS[i : i + 100])
             assert not result.dead_letters
             out.extend(result.consolidation)
@@ -104,7 +112,7 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
     _, whole = run(tmp_path / "whole", 64)
     shards = EdgeShards(tmp_path / "store", [units_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
-    state: dict[bytes, object] = {}
+    state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
 
     def crash(*args: object) -> None:
@@ -114,7 +122,7 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
         for i in range(0, len(RECORDS), 64):
             shards.get(0).set_payload = crash  # type: ignore[method-assign]
             try:
-                fired.extend((await processor.process(RECORDS[i : i + 64], state)).consolidation)
+                fired.extend((await step(processor, RECORDS[i : i + 64], state)).consolidation)
             except Crash:
                 return i
         raise AssertionError("no batch marked older members")
@@ -129,7 +137,7 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
 
     async def rest() -> None:
         for i in range(crashed_at, len(RECORDS), 200):
-            fired.extend((await processor.process(RECORDS[i : i + 200], state)).consolidation)
+            fired.extend((await step(processor, RECORDS[i : i + 200], state)).consolidation)
 
     asyncio.run(rest())
     members = [i for r in {r.request_id: r for r in fired}.values() for i in r.unit_ids]

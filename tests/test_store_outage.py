@@ -83,6 +83,7 @@ def replay(tmp: Path, outage: Outage) -> tuple[list[str], list[str], list[str], 
         for i in range(0, len(RECORDS), BATCH):
             batch = RECORDS[i : i + BATCH]
             result = await until_available(lambda: processor.process(batch, state), "ingest", no_wait)  # noqa: B023
+            state.update(result.window_state)
             requests.extend(r.request_id for r in result.consolidation)
             windows.extend(f"{w.key}/{w.level.value}/{w.start.isoformat()}" for w in result.windows)
 
