@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -143,3 +144,32 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
     members = [i for r in {r.request_id: r for r in fired}.values() for i in r.unit_ids]
     assert len(members) == len(set(members))
     assert {r.request_id for r in fired} == {r.request_id for r in whole}
+
+
+def test_a_crash_before_the_window_state_is_saved_closes_the_same_windows_on_redelivery(
+    tmp_path: Path,
+) -> None:
+    """The app saves a batch's window state only after publishing the windows it closed. A crash
+    in between (state not saved) must not lose them: the redelivered batch closes the same
+    windows again, with the same ids. The processor never writes the state it is given."""
+    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    state: dict[bytes, Any] = {}
+    first, batch = RECORDS[:200], RECORDS[200:400]
+
+    async def crash_then_redeliver() -> tuple[BatchResult, BatchResult]:
+        await step(processor, first, state)
+        saved = dict(state)
+        crashed = await processor.process(batch, MappingProxyType(state))  # published, never saved
+        assert state == saved
+        return crashed, await step(processor, batch, state)
+
+    crashed, again = asyncio.run(crash_then_redeliver())
+    assert crashed.windows, "the batch must close windows"
+    assert again.duplicates == len(batch)
+    assert [w.window_id for w in again.windows] == [w.window_id for w in crashed.windows]
+
+    def windows(result: BatchResult) -> dict[bytes, Any]:  # without the wall-clock last_seen
+        return {k: (v["open"], v["last_ts"]) for k, v in result.window_state.items()}
+
+    assert windows(again) == windows(crashed)
