@@ -66,7 +66,7 @@ class RewindingConsumer(AIOKafkaConsumer):
             if not self._ordered(tp):
                 yield tp, message
                 continue
-            verdict = self._order.admit(tp, message.offset)
+            verdict = self._order.admit(tp, message.offset, flowing=self.app.flow_control.is_active())
             if verdict is Verdict.REWIND and tp not in rewound:  # once per fetch: the rest is stale too
                 rewound.add(tp)
                 await self._rewind(tp)

@@ -16,6 +16,10 @@ the offset after the last one delivered, or the offset it was last sought to.
 * ``offset > expected``: fetched before a seek, or the broker no longer has the offsets between
   (expired by retention). Dropped, and the partition rewound to ``expected``, or to the
   broker's earliest offset when that is later (``rewind_to``).
+* the streams not flowing yet: faust seeks the partitions when table recovery is done and
+  resumes the streams a moment later; a record fetched in between would be skipped by its
+  stream (found: a turn at a partition's end never processed, its offset never committed).
+  Held back as if it were ahead: dropped, and the partition rewound to it.
 
 Pure bookkeeping over plain data; ``streams/consumer.py`` does the fetching and seeking.
 """
@@ -50,13 +54,16 @@ class InOrder:
 
     forget = seeking  # a revoked partition waits for its next assignment's seek
 
-    def admit(self, tp: Hashable, offset: int) -> Verdict:
+    def admit(self, tp: Hashable, offset: int, flowing: bool = True) -> Verdict:
+        """The verdict on a record of ``tp`` at ``offset``. While the streams are not
+        ``flowing`` (after a seek, before faust resumes them) a stream would skip the record,
+        so it is held back: dropped, and the partition rewound to it."""
         expected = self._expected.get(tp)
         if expected is None:
             return Verdict.WAIT
         if offset < expected:
             return Verdict.DUPLICATE
-        if offset > expected:
+        if offset > expected or not flowing:
             return Verdict.REWIND
         self._expected[tp] = offset + 1
         return Verdict.DELIVER

@@ -55,7 +55,9 @@ def test_a_revoked_partition_waits_for_its_next_seek() -> None:
 @given(
     log_end=st.integers(1, 40),
     steps=st.lists(
-        st.tuples(st.sampled_from(["fetch", "stale", "seek"]), st.integers(0, 40), st.integers(1, 8)),
+        st.tuples(
+            st.sampled_from(["fetch", "stale", "seek", "paused"]), st.integers(0, 40), st.integers(1, 8)
+        ),
         max_size=40,
     ),
 )
@@ -64,9 +66,9 @@ def test_delivery_is_contiguous_and_every_record_arrives(
 ) -> None:
     """A consumer over a log of ``log_end`` records: fetches from its position, stale fetches
     (records from anywhere, handed over after a seek though fetched before it), and seeks back to
-    any offset not past what was delivered (faust seeks to the committed offset). Whatever the
-    mix, each record first arrives right after its predecessor, and fetching to the end
-    delivers every record."""
+    any offset not past what was delivered (faust seeks to the committed offset), and fetches
+    while the streams do not flow yet. Whatever the mix, each record first arrives right after
+    its predecessor, and fetching to the end delivers every record."""
     order = InOrder()
     position = 0  # the broker-side fetch position
     delivered: list[int] = []
@@ -77,14 +79,14 @@ def test_delivery_is_contiguous_and_every_record_arrives(
         position = offset
         order.sought(TP, offset)
 
-    def fetch(first: int, count: int, stale: bool) -> None:
+    def fetch(first: int, count: int, stale: bool, flowing: bool = True) -> None:
         nonlocal position
         batch = range(first, min(first + count, log_end))
         if not stale:
             position = max(position, batch.stop)
         for offset in batch:
-            verdict = order.admit(TP, offset)
-            if verdict is Verdict.DELIVER:
+            verdict = order.admit(TP, offset, flowing)
+            if verdict is Verdict.DELIVER and flowing:  # a stream skips what arrives before it flows
                 delivered.append(offset)
             elif verdict is Verdict.REWIND:
                 seek(order.rewind_to(TP, earliest=0)[0])
@@ -96,6 +98,8 @@ def test_delivery_is_contiguous_and_every_record_arrives(
             fetch(position, count, stale=False)
         elif kind == "stale":
             fetch(offset % log_end, count, stale=True)
+        elif kind == "paused":
+            fetch(position, count, stale=False, flowing=False)
         else:
             seek(min(offset, (delivered[-1] + 1) if delivered else 0))
     for _ in range(2 * log_end + 2):  # drain
@@ -106,3 +110,11 @@ def test_delivery_is_contiguous_and_every_record_arrives(
         if offset not in first_seen:
             first_seen.append(offset)
     assert first_seen == list(range(log_end))
+
+
+def test_a_record_fetched_before_the_streams_flow_is_held_back_and_read_again() -> None:
+    order = sought(InOrder(), 768)
+    assert order.admit(TP, 768, flowing=False) is Verdict.REWIND
+    assert order.rewind_to(TP, earliest=0) == (768, range(0))
+    assert order.admit(TP, 767, flowing=False) is Verdict.DUPLICATE
+    assert order.admit(TP, 768) is Verdict.DELIVER

@@ -210,11 +210,14 @@ def differences(one: Outcome, two: Outcome) -> str:
     def kinds(ids: Any, out: Outcome) -> dict[str, int]:
         return dict(Counter(str(out.memories[i]["kind"]) for i in ids))
 
+    fields = Counter(
+        f for k in differing for f in one.memories[k] if one.memories[k][f] != two.memories[k][f]
+    )
     return (
         f"{len(two.units)} units, {len(two.memories)} memories (one worker: {len(one.units)}, "
         f"{len(one.memories)}); memories only in one {len(only_one)} {kinds(only_one, one)}, "
         f"only in two {len(only_two)} {kinds(only_two, two)}, differing {len(differing)} "
-        f"{kinds(differing, one)}"
+        f"{kinds(differing, one)} in {dict(fields)}"
     )
 
 
