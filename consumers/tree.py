@@ -31,6 +31,8 @@ class TreeSummarizer:
         self, store: VectorStore, state: TreeState, window: WindowClosed
     ) -> tuple[TreeState, list[MemoryUpdate]]:
         p = plan(state, window)
+        if p is None:
+            return state, []
         scope = Scope(window.tenant, window.user_id, ZoneInfo(window.timezone))
         history = [memory_source(h) for h in p.history]
         turn_ids: list[str] = []
@@ -79,7 +81,7 @@ class TreeSummarizer:
             writer=single.writer if single else self.writer.label(stage),
             model=single.model if single else self.writer.model,
         )
-        state, linked = apply(state, node, p.children)
+        state, linked = apply(state, window, node, p.children)
         return state, [upsert(node), *(upsert(c) for c in linked)]
 
     async def durative(self, store: VectorStore, window: WindowClosed) -> list[MemoryUpdate]:

@@ -53,6 +53,12 @@ class TreeState:
     history: dict[MemoryKind, list[Memory]] = field(default_factory=dict)
     deferred: str | None = None  # the window id whose summary is deferred, if any
     parked: list[WindowClosed] = field(default_factory=list)  # later windows, in order
+    # The latest window built per level (start, window id). A user's windows of one level close
+    # in start order, so a window not after it was built already: redelivered after a crash or a
+    # rebalance, when the state (changelogged) had moved on but the topic offset was not
+    # committed. Built again it would see itself and later nodes as history, and a session taken
+    # by its day would become pending again, for the next day to take a second time.
+    built: dict[MemoryKind, tuple[datetime, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         def dump(nodes: dict[MemoryKind, list[Memory]]) -> dict[str, list[dict[str, Any]]]:
@@ -63,6 +69,7 @@ class TreeState:
             "history": dump(self.history),
             "deferred": self.deferred,
             "parked": [w.model_dump(mode="json") for w in self.parked],
+            "built": {k.value: [start.isoformat(), wid] for k, (start, wid) in self.built.items()},
         }
 
     @classmethod
@@ -75,6 +82,10 @@ class TreeState:
             history=load(data.get("history", {})),
             deferred=data.get("deferred"),
             parked=[WindowClosed.model_validate(w) for w in data.get("parked", [])],
+            built={
+                MemoryKind(k): (datetime.fromisoformat(start), wid)
+                for k, (start, wid) in data.get("built", {}).items()
+            },
         )
 
 
@@ -136,8 +147,12 @@ def node_id(window: WindowClosed) -> str:
     return memory_id("tree", KIND[window.level].value, window.window_id)
 
 
-def plan(state: TreeState, window: WindowClosed) -> Plan:
+def plan(state: TreeState, window: WindowClosed) -> Plan | None:
+    """What to build for ``window``; None when it was built already (see ``TreeState.built``)."""
     kind = KIND[window.level]
+    latest = state.built.get(kind)
+    if latest is not None and (window.start < latest[0] or window.window_id == latest[1]):
+        return None
     children: list[Memory] = []
     if kind in CHILD:
         children = sorted(
@@ -159,9 +174,12 @@ def hull(
     return start, end
 
 
-def apply(state: TreeState, node: Memory, children: list[Memory]) -> tuple[TreeState, list[Memory]]:
-    """The state after ``node`` was built from ``children``, and the children with their parent
-    link set (to be upserted again). Idempotent: applying the same node twice changes nothing more."""
+def apply(
+    state: TreeState, window: WindowClosed, node: Memory, children: list[Memory]
+) -> tuple[TreeState, list[Memory]]:
+    """The state after ``node`` was built for ``window`` from ``children``, and the children with
+    their parent link set (to be upserted again). Idempotent: applying the same node twice changes
+    nothing more."""
     taken = {c.memory_id for c in children}
     pending = {k: [n for n in v if n.memory_id not in taken] for k, v in state.pending.items()}
     pending[node.kind] = [n for n in pending.get(node.kind, []) if n.memory_id != node.memory_id] + [node]
@@ -170,7 +188,8 @@ def apply(state: TreeState, node: Memory, children: list[Memory]) -> tuple[TreeS
     same = [n for n in state.history.get(node.kind, []) if n.memory_id != node.memory_id] + [node]
     history = {**state.history, node.kind: same[-HISTORY:]}
     linked = [replace_parent(c, node.memory_id) for c in children]
-    return replace(state, pending=pending, history=history), linked
+    built = {**state.built, node.kind: (window.start, window.window_id)}
+    return replace(state, pending=pending, history=history, built=built), linked
 
 
 def replace_parent(child: Memory, parent_id: str) -> Memory:

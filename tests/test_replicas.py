@@ -218,6 +218,18 @@ def differences(one: Outcome, two: Outcome) -> str:
         f"{len(one.memories)}); memories only in one {len(only_one)} {kinds(only_one, one)}, "
         f"only in two {len(only_two)} {kinds(only_two, two)}, differing {len(differing)} "
         f"{kinds(differing, one)} in {dict(fields)}"
+        + "".join(turns_apart(one.memories[k], two.memories[k]) for k in differing)
+    )
+
+
+def turns_apart(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """A memory built from other turns in the two deployments: which."""
+    one, two = set(a["source_turn_ids"]), set(b["source_turn_ids"])
+    if one == two:
+        return ""
+    return (
+        f"\n  {a['kind']} {a['start']}: children {len(a['children'])} vs {len(b['children'])}, "
+        f"turns only in one {sorted(one - two)[:6]}, only in two {sorted(two - one)[:6]}"
     )
 
 
