@@ -21,8 +21,8 @@ recovery) faust may still fetch records, drop them, and then "seek back to commi
 offset is above 0, so a partition with no commit yet keeps the advanced fetch position and the
 dropped records are never read: found by ``tests/test_faults.py`` (a worker killed before its
 first commit of a partition, then restarted: the records it had not committed were skipped).
-Here such partitions are sought to their earliest offset; processing is idempotent, so reading them again
-costs time, never correctness.
+Here such partitions are sought to their earliest offset; processing is idempotent, so reading
+them again costs time, never correctness.
 
 Against Tansu (``TansuConsumer``), fetches wait less. faust asks the broker to hold a fetch up to
 1.5 s for data; Kafka answers as soon as a record arrives, Tansu only when the wait is up
