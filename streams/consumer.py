@@ -51,10 +51,38 @@ log = logging.getLogger(__name__)
 TANSU_FETCH_MAX_WAIT_MS = 100
 
 
+class _Emptied:
+    """Registered with faust's flow control beside the agents' queues, to be told when it
+    empties them (``clear``)."""
+
+    def __init__(self, consumer: RewindingConsumer) -> None:
+        self._consumer = consumer
+
+    def clear(self) -> None:
+        self._consumer.queues_emptied()
+
+
 class RewindingConsumer(AIOKafkaConsumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._order = InOrder()
+        self._order: InOrder[TP] = InOrder()
+        self._emptied = _Emptied(self)  # held here: faust keeps its queues in a WeakSet
+        self.app.flow_control.manage_queue(self._emptied)  # type: ignore[arg-type]
+
+    def queues_emptied(self) -> None:
+        if not self.app.flow_control.is_active():
+            return  # emptied for a revocation: the next assignment seeks every partition anyway
+        tps = self._order.emptied()
+        if tps:
+            self.add_future(self._read_again(tps))
+
+    async def _read_again(self, tps: list[TP]) -> None:
+        for tp in tps:
+            try:
+                offset = self._committed_offset.get(tp) or (await self.earliest_offsets(tp)).get(tp, 0)
+                await self.seek(tp, offset)
+            except Exception as exc:  # revoked meanwhile: its next assignment seeks it
+                log.debug("%s/%d not read again: %r", tp.topic, tp.partition, exc)
 
     def _ordered(self, tp: TP) -> bool:
         # Changelog and standby partitions are read by table recovery with its own seeks.

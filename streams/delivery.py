@@ -20,6 +20,11 @@ the offset after the last one delivered, or the offset it was last sought to.
   resumes the streams a moment later; a record fetched in between would be skipped by its
   stream (found: a turn at a partition's end never processed, its offset never committed).
   Held back as if it were ahead: dropped, and the partition rewound to it.
+* the agents' queues emptied by faust while the streams flow (a second "resume" in one
+  rebalance: table recovery resumes the streams, then resumes them again after another seek,
+  and resuming empties the queues; found: a closed window delivered in between was never
+  processed, its offset never committed): every partition is read again from its committed
+  offset (``emptied``).
 
 Pure bookkeeping over plain data; ``streams/consumer.py`` does the fetching and seeking.
 """
@@ -28,6 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from enum import Enum
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # a partition
 
 
 class Verdict(Enum):
@@ -37,24 +45,31 @@ class Verdict(Enum):
     REWIND = "rewind"  # ahead of the next offset: drop, and seek the partition back (rewind_to)
 
 
-class InOrder:
+class InOrder(Generic[K]):
     def __init__(self) -> None:
-        self._expected: dict[Hashable, int] = {}  # the next offset to deliver, per sought partition
+        self._expected: dict[K, int] = {}  # the next offset to deliver, per sought partition
 
-    def expected(self, tp: Hashable) -> int | None:
+    def expected(self, tp: K) -> int | None:
         return self._expected.get(tp)
 
-    def seeking(self, tp: Hashable) -> None:
+    def seeking(self, tp: K) -> None:
         """A seek of ``tp`` begins: nothing of it is delivered until it has finished."""
         self._expected.pop(tp, None)
 
-    def sought(self, tp: Hashable, offset: int) -> None:
+    def sought(self, tp: K, offset: int) -> None:
         """The seek has finished: the next fetch of ``tp`` starts at ``offset``."""
         self._expected[tp] = offset
 
     forget = seeking  # a revoked partition waits for its next assignment's seek
 
-    def admit(self, tp: Hashable, offset: int, flowing: bool = True) -> Verdict:
+    def emptied(self) -> list[K]:
+        """faust emptied the agents' queues: records delivered but not yet taken are gone. The
+        partitions to read again (from their committed offsets); until then they wait."""
+        tps = list(self._expected)
+        self._expected.clear()
+        return tps
+
+    def admit(self, tp: K, offset: int, flowing: bool = True) -> Verdict:
         """The verdict on a record of ``tp`` at ``offset``. While the streams are not
         ``flowing`` (after a seek, before faust resumes them) a stream would skip the record,
         so it is held back: dropped, and the partition rewound to it."""
@@ -68,7 +83,7 @@ class InOrder:
         self._expected[tp] = offset + 1
         return Verdict.DELIVER
 
-    def rewind_to(self, tp: Hashable, earliest: int) -> tuple[int, range]:
+    def rewind_to(self, tp: K, earliest: int) -> tuple[int, range]:
         """Where a partition with a record ahead of ``expected`` is sought back to, given the
         broker's earliest offset: the expected offset, or the earliest one and the range of
         offsets that expired before they were delivered."""

@@ -118,3 +118,12 @@ def test_a_record_fetched_before_the_streams_flow_is_held_back_and_read_again() 
     assert order.rewind_to(TP, earliest=0) == (768, range(0))
     assert order.admit(TP, 767, flowing=False) is Verdict.DUPLICATE
     assert order.admit(TP, 768) is Verdict.DELIVER
+
+
+def test_emptied_queues_make_every_partition_wait_to_be_read_again() -> None:
+    order = sought(InOrder(), 3)
+    assert order.admit(TP, 3) is Verdict.DELIVER  # taken from the fetch, lost from a queue
+    assert order.emptied() == [TP]
+    assert order.admit(TP, 4) is Verdict.WAIT
+    sought(order, 3)  # read again from the committed offset
+    assert order.admit(TP, 3) is Verdict.DELIVER
