@@ -232,8 +232,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         value_type=None,  # Forgotten.to_json()
         use_partitioner=True,
     )
-    # An ingest batch and the erase of a deleted user never interleave: a batch either sees the
-    # user forgotten, or ran before the erase.
+    # An ingest batch, the erase of a deleted user and the idle timer never interleave: a batch
+    # either sees the user forgotten, or ran before the erase; window states read stay current.
     writing = asyncio.Lock()
     takeover = Takeover(settings, settings.topic(MEMORY_UPDATES.name))
 
@@ -550,20 +550,23 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         async def close_idle_windows() -> None:
             closed = []
             states: dict[bytes, Any] = {}
-            now = processor.clock()
-            mine = owned()
-            for key, raw in list(window_state.items()):
-                # The in-memory table also holds standby copies of other workers' users: skip them.
-                if not raw or partition_for(key, settings.topic_partitions) not in mine:
-                    continue
-                state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=processor.idle_close)
-                if done:
-                    states[key] = state.to_json()
-                    closed.extend(done)
-            # Published first: a crash in between then closes the windows again (same ids), where
-            # saved first it would lose them.
-            await publish((WINDOWS, counted(closed)))
-            window_state.update(states)
+            async with writing:  # between two ingest batches: the states read here stay current
+                now = processor.clock()
+                mine = owned()
+                for key, raw in list(window_state.items()):
+                    # The in-memory table also holds standby copies of other workers' users: skip them.
+                    if not raw or partition_for(key, settings.topic_partitions) not in mine:
+                        continue
+                    state, done = close_idle(
+                        UserWindows.from_json(raw), now=now, idle_close=processor.idle_close
+                    )
+                    if done:
+                        states[key] = state.to_json()
+                        closed.extend(done)
+                # Published first: a crash in between then closes the windows again (same ids),
+                # where saved first it would lose them.
+                await publish((WINDOWS, counted(closed)))
+                window_state.update(states)
 
     @app.timer(5.0)
     async def report_lag() -> None:
