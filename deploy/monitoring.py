@@ -256,6 +256,10 @@ def rows() -> list[Row]:
                             "redelivered (duplicates)",
                         ),
                         (
+                            f"sum(rate(memstream_turns_rerouted_total{sel()}[{RI}]))",
+                            "rerouted to their key's partition",
+                        ),
+                        (
                             f"sum(rate(memstream_gateway_turns_accepted_total{sel(TENANT)}[{RI}]))",
                             "accepted by the gateway",
                         ),

@@ -309,6 +309,7 @@ def render_status(status: dict[str, Any]) -> str:
         f"turns ingested            {total('memstream_turns_ingested'):>10,.0f}",
         f"units stored (new)        {total('memstream_units_stored'):>10,.0f}",
         f"duplicates recognised     {total('memstream_duplicate_turns'):>10,.0f}",
+        f"turns rerouted            {total('memstream_turns_rerouted'):>10,.0f}",
         f"consolidation requests    {total('memstream_consolidation_requests'):>10,.0f}",
         f"late events               {total('memstream_late_events'):>10,.0f}",
     ]

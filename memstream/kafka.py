@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -63,8 +64,19 @@ def client_kwargs(settings: Settings) -> dict[str, Any]:
 
 
 def partition_for(key: bytes, partitions: int) -> int:
-    """The partition the default partitioner (Java's and aiokafka's) gives ``key``."""
+    """The partition a user's records belong on: murmur2 of the ``tenant/user_id`` key, as Java's
+    and aiokafka's default partitioners place keyed records. Turns that arrive elsewhere are
+    forwarded here (``streams.routing``), and the user's store shard is this partition's."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def by_key(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka partitioner for every producer of ours: :func:`partition_for`, stated rather than
+    left to the client's default, so no client upgrade can move a user. Keyless records (none of
+    ours) go to any partition."""
+    if key is None:
+        return random.choice(available or all_partitions)
+    return all_partitions[partition_for(key, len(all_partitions))]
 
 
 @dataclass
@@ -157,6 +169,7 @@ async def _set_retention(
 async def producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
     p = AIOKafkaProducer(
         **client_kwargs(settings),
+        partitioner=by_key,
         acks="all",
         linger_ms=5,
         max_batch_size=256 * 1024,

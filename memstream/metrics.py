@@ -10,6 +10,12 @@ UNITS_STORED = Counter("memstream_units_stored", "New units written to the units
 DUPLICATE_TURNS = Counter(
     "memstream_duplicate_turns", "Redelivered turns recognised by id and content (not stored again)"
 )
+TURNS_REROUTED = Counter(
+    "memstream_turns_rerouted",
+    "Turns that arrived on a partition other than their key's (a producer with another partitioner) "
+    "and were forwarded to it, by the partition they arrived on",
+    ["partition"],
+)
 DEAD_LETTERS = Counter("memstream_dead_letters", "Records sent to the dead-letter topic", ["stage", "reason"])
 EVENT_TIMES = Counter("memstream_event_times", "Event-time intervals found in turns", ["granularity"])
 EMBED_SECONDS = Histogram(
@@ -113,6 +119,7 @@ def snapshot() -> dict[str, dict[str, float]]:
         TURNS_INGESTED,
         UNITS_STORED,
         DUPLICATE_TURNS,
+        TURNS_REROUTED,
         DEAD_LETTERS,
         CONSOLIDATION_REQUESTS,
         WINDOWS_CLOSED,

@@ -41,7 +41,7 @@ from consumers import Consolidation
 from consumers.memories import MEMORIES
 from consumers.own_writes import Interrupted
 from memstream import metrics
-from memstream.kafka import partition_for, ssl_context
+from memstream.kafka import by_key, partition_for, ssl_context
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMError, LLMUnavailable
 from memstream.pause import until_available
 from memstream.settings import Settings
@@ -75,6 +75,7 @@ from schemas.topics import (
 from streams.consumer import RewindingConsumer, TansuConsumer
 from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import Incoming, IngestProcessor, dead_letter
+from streams.routing import misplaced
 from streams.takeover import Takeover
 from streams.validation import Rejection
 
@@ -125,6 +126,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "web_bind": settings.metrics_host,
         "web_host": settings.metrics_host,
         "producer_acks": -1,
+        "producer_partitioner": by_key,  # partition_for, stated (memstream.kafka.by_key)
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": settings.commit_interval_s,
         "topic_allow_declare": True,
@@ -261,6 +263,22 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         ]
         await asyncio.gather(*pending)
 
+    def home_of(event: EventT) -> int | None:
+        """The partition a turn belongs on, when it arrived on another (``streams.routing``)."""
+        return misplaced(event.message.key, event.message.partition, settings.topic_partitions)
+
+    async def forward(records: Sequence[tuple[EventT, int]]) -> None:
+        """Each turn to its key's partition, as it was: same key, value, headers and timestamp (the
+        time a deleted user's records are told by), delivered (acks=all) before the caller acks."""
+        pending = []
+        for event, home in records:
+            msg = event.message
+            pending.append(
+                await app.producer.send(turns_name, msg.key, msg.value, home, msg.timestamp, msg.headers)
+            )
+            metrics.TURNS_REROUTED.labels(str(msg.partition)).inc()
+        await asyncio.gather(*pending)
+
     async def readable(event: EventT, model: type[R]) -> R | None:
         """The event's record, or None once it went to the dead-letter topic as unreadable."""
         try:
@@ -287,6 +305,11 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             # take_events (not take) keeps each record's partition and offset for dead letters.
             batches = stream.take_events(settings.batch_size, within=settings.batch_within_s)  # type: ignore[attr-defined]
             async for events in batches:
+                # Turns on a partition other than their key's are forwarded there, not processed
+                # here; the forward is delivered before this batch is acknowledged.
+                away = {i: home for i, e in enumerate(events) if (home := home_of(e)) is not None}
+                await forward([(events[i], home) for i, home in away.items()])
+                events = [e for i, e in enumerate(events) if i not in away]
                 async with writing:
                     kept = [e for e in events if not sent_before(gone(e.message.key), e.message.timestamp)]
                     dropped("ingest", len(events) - len(kept))

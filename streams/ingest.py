@@ -39,7 +39,7 @@ from memstream.units import (
 )
 from memstream.windows import UserWindows, advance
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
-from streams.validation import Rejection, limits_from, validate, zone_of
+from streams.validation import Rejection, check_key, limits_from, validate, zone_of
 
 CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
 
@@ -163,6 +163,8 @@ class IngestProcessor:
             wall = datetime.fromtimestamp(now, UTC)
             for rec in batch:
                 turn = validate(rec.value, self.limits, wall)
+                if not isinstance(turn, Rejection):
+                    turn = check_key(rec.key, turn) or turn
                 if isinstance(turn, Rejection):
                     result.dead_letters.append(dead_letter(rec, turn, now))
                     continue

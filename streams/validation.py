@@ -116,3 +116,24 @@ def limits_from(max_bytes: int, min_ts: str, max_future_s: float, default_zone: 
         max_future=timedelta(seconds=max_future_s),
         default_zone=default_zone,
     )
+
+
+def check_key(key: str | None, turn: Turn) -> Rejection | None:
+    """Why a valid turn's record key is unusable, or None. A user's turns are ordered, stored and
+    found by the key ``tenant/user_id``: a keyless record lands on whatever partition its producer
+    picks, so one user's turns could be read out of order; it is refused rather than keyed from its
+    content (docs/reliability.md). A key naming another user would put the turn in that user's
+    partition."""
+    if key is None:
+        return Rejection(
+            DeadLetterStage.VALIDATE,
+            "missing_key",
+            f"record has no key; produce turns with the key tenant/user_id ({turn.key!r} for this one)",
+        )
+    if key != turn.key:
+        return Rejection(
+            DeadLetterStage.VALIDATE,
+            "key_mismatch",
+            f"record key {key[:200]!r} is not the turn's tenant/user_id {turn.key!r}",
+        )
+    return None

@@ -33,7 +33,7 @@ from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
 from memstream.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
 from memstream.gateway.updates import UpdateHub
-from memstream.kafka import client_kwargs, partition_for
+from memstream.kafka import by_key, client_kwargs, partition_for
 from memstream.llm import LLMClient, LLMError
 from memstream.prompts import ANSWER
 from memstream.recall import rank
@@ -160,7 +160,9 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per store call otherwise
     embedder = await asyncio.to_thread(make_embedder, settings)
     shards = gateway_shards(settings, embedder.dim)
-    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", request_timeout_ms=10_000)
+    producer = AIOKafkaProducer(
+        **client_kwargs(settings), partitioner=by_key, acks="all", request_timeout_ms=10_000
+    )
     await producer.start()
     hub = UpdateHub(settings)
     await hub.start()
