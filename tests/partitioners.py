@@ -4,9 +4,18 @@ Go and Node clients) and Sarama's hash partitioner (FNV-1a). Keyless records go 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
+
+from memstream.kafka import client_kwargs
+from memstream.settings import Settings
+from schemas.events import Turn
+from schemas.topics import TURNS
 
 Partitioner = Callable[[bytes | None, list[int], list[int]], int]
 
@@ -33,3 +42,18 @@ def sarama_hash(key: bytes | None, all_partitions: list[int], available: list[in
     h = fnv1a_32(key)
     signed = h - (1 << 32) if h & 0x80000000 else h
     return all_partitions[abs(signed) % len(all_partitions)]
+
+
+async def produce(
+    settings: Settings, turns: Sequence[Turn], partitioner: Partitioner
+) -> list[RecordMetadata]:
+    """Send ``turns`` to the turns topic keyed tenant/user_id, placed by ``partitioner``, as another
+    client would (acks=all); where each landed."""
+    client = AIOKafkaProducer(**client_kwargs(settings), partitioner=partitioner, acks="all")
+    await client.start()
+    try:
+        topic = settings.topic(TURNS.name)
+        sent = [await client.send(topic, t.to_bytes(), key=t.key.encode()) for t in turns]
+        return list(await asyncio.gather(*sent))
+    finally:
+        await client.stop()

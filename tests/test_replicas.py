@@ -10,8 +10,10 @@ consumer group and data dir:
   SIGKILL and not restarted: the survivor takes its partitions.
 
 Batches are posted one after another (each acknowledged before the next), so every user's turns
-keep their order in both deployments. The idle timer is set long enough not to fire: windows
-closing on the wall clock would make the outcome depend on timing rather than on the turns.
+keep their order in both deployments. The users a librdkafka-like producer would misplace are
+produced that way, straight to Kafka, and reach their memory through the workers' forwarding.
+The idle timer is set long enough not to fire: windows closing on the wall clock would make the
+outcome depend on timing rather than on the turns.
 Compared: every unit, every memory (whole records; ids are deterministic), and recall answers
 for each user through every gateway; after the kill, units and the consolidation requests folded
 into episodes (each exactly once).
@@ -37,16 +39,19 @@ import pytest
 
 from memstream.broker import Broker, free_port
 from memstream.cli import fetch_status
-from memstream.kafka import settled
+from memstream.kafka import partition_for, settled
 from memstream.sample import generate
 from memstream.settings import Settings
+from schemas.events import Turn
 from schemas.memory import MemoryKind
 from tests.conftest import Pipeline, make_pipeline, ready, stored, terminate, wait_for
+from tests.partitioners import librdkafka_consistent, produce
 from tests.test_faults import children
 
 pytestmark = pytest.mark.integration
 
 KEY = "replica-test-key-0123456789"
+TENANT = "demo"
 TURNS = [orjson.loads(t.model_dump_json(exclude={"tenant"})) for t in generate(users=6, days=30, seed=11)]
 BATCH = 40
 QUERIES = ["What do I like to do?", "What happened last week?", "Where did I travel?"]
@@ -66,7 +71,7 @@ def overrides(gateway_port: int) -> dict[str, str]:
     return {
         "MEMSTREAM_WORKERS": "1",
         "MEMSTREAM_GATEWAY_PORT": str(gateway_port),
-        "MEMSTREAM_API_KEYS": orjson.dumps({KEY: "demo"}).decode(),
+        "MEMSTREAM_API_KEYS": orjson.dumps({KEY: TENANT}).decode(),
         "MEMSTREAM_RATE_LIMIT_PER_S": "1000",
         "MEMSTREAM_RATE_LIMIT_BURST": "1000",
         "MEMSTREAM_IDLE_CLOSE_S": "3600",
@@ -89,16 +94,33 @@ def gateway(env: dict[str, str], log: Path) -> Iterator[str]:
         terminate(proc)
 
 
-def post_all(urls: list[str], halfway: Any = None) -> None:
-    """Every turn, in batches alternating between the gateways; ``halfway()`` between the halves."""
+def strays(partitions: int) -> set[str]:
+    """Users that a librdkafka-like producer (CRC32) puts on a partition other than their key's."""
+    everything = list(range(partitions))
+    keys = {t["user_id"]: f"{TENANT}/{t['user_id']}".encode() for t in TURNS}
+    return {
+        u
+        for u, k in keys.items()
+        if librdkafka_consistent(k, everything, everything) != partition_for(k, partitions)
+    }
+
+
+def post_all(settings: Settings, urls: list[str], halfway: Any = None) -> None:
+    """Every turn, in batches alternating between the gateways; ``halfway()`` between the halves.
+    The stray users' turns go straight to Kafka from a librdkafka-like producer instead (forwarded
+    to their key's partition by the workers); each user's turns take one path, in order."""
     batches = [TURNS[i : i + BATCH] for i in range(0, len(TURNS), BATCH)]
     headers = {"Authorization": f"Bearer {KEY}"}
+    away = strays(settings.topic_partitions)
+    assert away, "some users must be misplaced by the CRC32 producer"
     with httpx.Client(timeout=60, headers=headers) as client:
         for i, batch in enumerate(batches):
             if i == len(batches) // 2 and halfway:
                 halfway()
+            direct = [Turn.model_validate({**t, "tenant": TENANT}) for t in batch if t["user_id"] in away]
+            asyncio.run(produce(settings, direct, librdkafka_consistent))
             url = urls[i % len(urls)]
-            r = client.post(f"{url}/v1/turns", json={"turns": batch})
+            r = client.post(f"{url}/v1/turns", json={"turns": [t for t in batch if t["user_id"] not in away]})
             assert r.status_code == 202, r.text
 
 
@@ -144,7 +166,7 @@ def run_one(broker: Broker, tmp: Path) -> Outcome:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: ready(url), 120, "the gateway to be ready")
-        post_all([url])
+        post_all(pipeline.settings, [url])
         settle(pipeline.settings)
         recalls = [recall(url)]
     finally:
@@ -187,7 +209,7 @@ def run_two(broker: Broker, tmp: Path, kill: bool) -> tuple[Outcome, dict[str, A
             facts["exit"] = victim.proc.wait(timeout=60)
             facts["t_kill"] = time.monotonic()
 
-        post_all(urls, halfway=kill_one if kill else None)
+        post_all(base.settings, urls, halfway=kill_one if kill else None)
         survivor = workers[1]
         settle(*[w.settings for w in (workers[1:] if kill else workers)])
         facts["settled_s"] = time.monotonic() - facts.pop("t_kill", t0)

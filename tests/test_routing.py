@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,7 +27,6 @@ from memstream.datasets import RawRecord
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.kafka import (
     by_key,
-    client_kwargs,
     ensure_topics,
     partition_for,
     producer,
@@ -48,7 +46,7 @@ from streams.app import faust_settings
 from streams.ingest import Incoming, IngestProcessor, units_spec
 from streams.routing import misplaced
 from tests.conftest import make_pipeline, ready, wait_for
-from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, sarama_hash
+from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, produce, sarama_hash
 from tests.test_faults import metrics_ports, status_or_none
 
 # --- the arithmetic -------------------------------------------------------------------------------
@@ -108,18 +106,6 @@ def test_keyless_and_mismatched_turns_are_dead_lettered(tmp_path: Path) -> None:
 # --- end to end -----------------------------------------------------------------------------------
 
 
-async def produce(settings: Settings, turns: list[Turn], partitioner: Partitioner) -> list[int]:
-    """Send ``turns`` keyed tenant/user_id with ``partitioner``; the partition each landed on."""
-    client = AIOKafkaProducer(**client_kwargs(settings), partitioner=partitioner, acks="all")
-    await client.start()
-    try:
-        topic = settings.topic(TURNS.name)
-        sent = [await client.send(topic, t.to_bytes(), key=t.key.encode()) for t in turns]
-        return [m.partition for m in await asyncio.gather(*sent)]
-    finally:
-        await client.stop()
-
-
 @pytest.mark.integration
 def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp_path: Path) -> None:
     port = free_port()
@@ -148,7 +134,10 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: ready(url), 120, "the gateway to be ready")
-        landed = {name: asyncio.run(produce(settings, by_client[name], p)) for name, p in clients.items()}
+        landed = {
+            name: [m.partition for m in asyncio.run(produce(settings, by_client[name], p))]
+            for name, p in clients.items()
+        }
         asyncio.run(replay(settings, [RawRecord(t.key, t.to_bytes()) for t in ours], progress=False))
         asyncio.run(_bad(settings, nobody, someone))
         off = {
