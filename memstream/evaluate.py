@@ -1,21 +1,34 @@
-"""``memstream eval locomo``: evidence recall of memstream's recall at fixed context budgets.
+"""``memstream eval locomo``: what an agent gets from memstream's recall at fixed token budgets, against
+flat retrieval over the raw turns, scored on the text returned rather than on the ids it claims.
 
-Each LoCoMo conversation becomes one user (its two speakers as roles, each session's date_time as
-dialogue time, turn ids = the dataset's dia_ids). The turns go through the ingest processor and
-the consolidators (the configured writer; extractive without an LLM) on a fresh embedded store,
-in process and in topic order, then every question is asked with ``now`` = the last session's
-date. An evidence dia_id counts as recalled at a budget when an item returned within that budget
-carries it in ``source_turn_ids``; tokens = characters / 4. The per-question items are written out
-so the score can be recomputed independently.
+Each LoCoMo conversation becomes one user of ``tenant`` (its two speakers as roles, each session's
+date_time as dialogue time, turn ids = the dataset's dia_ids, a shared photo's caption appended to its
+turn, as ``memstream replay --format locomo`` sends them). The turns go through the ingest processor and
+the consolidators (the configured writer; extractive without an LLM) on a fresh embedded store, in
+process and in topic order, then every question is asked through ``memstream.recall.engine.recall`` with
+``now`` = the day after the last session.
 
-Next to it, the same budgets filled by a flat baseline: every one of the user's units (raw exchanges)
-scored 0.9 * cosine (same embedder) + 0.1 * BM25 over the user's units (``rank.leaf_scores`` with
-``BASELINE_LAMBDA``, whatever weight recall itself uses), taken in score order, as many as fit. Note
-for reading the numbers: a tree node
-carries the turn ids of everything below it (a session summary names all the session's turns), so
-a returned summary credits every evidence turn of its session, although its text keeps only some.
-``leaves_only_evidence_recall`` is the stricter reading: only units, episodes and facts count.
-Every figure is reported per category and over all questions ("all").
+The same run ranks the user's raw turns for each question with the flat baselines of
+``memstream.baselines`` (hybrid, dense, BM25; same embedder) and fills the same budgets with them, and
+builds an oracle: the question's evidence turns only, in dialogue order, rendered like the baselines.
+
+Scores (``memstream.scoring``), per budget, per category and over all questions ("all"):
+
+* ``text``: share of evidence turns whose content (the turn as ingested, without the speaker's name) is
+  in the returned texts: memstream's items' texts, a baseline's lines;
+* ``answer``: share of the gold answer's content words in the context within the budget (memstream's
+  rendered ``context``; a baseline's lines joined by newlines);
+* ``id`` (memstream only): share of evidence ids among the returned items' ``source_turn_ids``.
+
+Questions without evidence in the conversation are skipped (counted in ``skipped_questions``). LoCoMo's
+adversarial questions (category 5) mostly have no ``answer``: the right reply is that the conversation
+does not say, and their ``adversarial_answer`` is the trap, so it is never scored; such questions count
+for ``text`` and ``id`` only. An answer without content words ("No") has no answer score either; each
+cell reports ``questions`` and ``answered`` (the questions its answer mean is over).
+
+Every per-question row carries what its scores were computed from: the evidence turns' contents, the gold
+answer, and per budget and system the returned items or turn ids and the context, so that the means can
+be recomputed from the report alone (``tests/test_evaluate.py`` does).
 """
 
 from __future__ import annotations
@@ -24,9 +37,9 @@ import re
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,151 +49,265 @@ from tqdm import tqdm
 from consumers import build_consolidation
 from consumers.memories import memories_spec
 from consumers.offline import consolidate_all, ingest_all
+from memstream import baselines
+from memstream.baselines import RawTurn
 from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
-from memstream.recall import rank
-from memstream.recall.engine import recall, unit_item
+from memstream.recall.engine import recall
+from memstream.scoring import answer_recall, id_recall, text_recall, tokens
 from memstream.settings import Settings
-from memstream.store.base import Filter, SearchQuery, VectorStore
 from memstream.store.shards import EdgeShards
-from memstream.units import UNITS, USER_FIELD
+from memstream.units import render_text
 from schemas.events import partition_key
 from streams.ingest import IngestProcessor, units_spec
 
-BASELINE_LAMBDA = 0.9  # the issue's flat baseline: 0.9 * cosine + 0.1 * BM25, whatever recall's own weight
+DEFAULT_TENANT = "default"  # the tenant a gateway without API keys reads
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+MEMSTREAM = "memstream"
+ORACLE = "oracle"
+SYSTEMS = (MEMSTREAM, *baselines.ORDERS, ORACLE)
+SCORES = ("text", "answer", "id")
 
 
 @dataclass(frozen=True)
 class Question:
-    user_key: str
+    sample_id: str
     text: str
-    evidence: tuple[str, ...]
     category: int
+    evidence: tuple[str, ...]  # dia_ids, unique, in the dataset's order
+    answer: str | None  # None: no gold answer (most adversarial questions)
+    adversarial_answer: str | None
 
 
-def questions(path: Path, tenant: str = "locomo") -> tuple[list[Question], dict[str, Any]]:
-    """The questions, and each user's asking time (the last session's date)."""
-    data = orjson.loads(path.read_bytes())
-    out: list[Question] = []
-    now: dict[str, Any] = {}
-    for sample in data:
-        key = partition_key(tenant, sample["sample_id"])
+@dataclass(frozen=True)
+class Conversation:
+    sample_id: str
+    user_key: str
+    now: datetime  # when its questions are asked
+    turns: list[RawTurn]  # in dialogue order
+    contents: dict[str, str]  # dia_id -> the turn's content as ingested, without the speaker
+    questions: list[Question]
+
+
+def load(path: Path, tenant: str = DEFAULT_TENANT) -> tuple[list[Conversation], int]:
+    """The conversations of a LoCoMo-format file, and how many questions were skipped (no evidence
+    turn of the conversation)."""
+    by_user: dict[str, list[RawTurn]] = defaultdict(list)
+    contents: dict[str, dict[str, str]] = defaultdict(dict)
+    for turn in locomo_turns(path, tenant=tenant):
+        by_user[turn.key].append(RawTurn(turn.turn_id, render_text(turn.messages), turn.ts))
+        contents[turn.key][turn.turn_id] = " ".join(m.content for m in turn.messages)
+    conversations: list[Conversation] = []
+    skipped = 0
+    for sample in orjson.loads(path.read_bytes()):
+        sample_id = sample["sample_id"]
+        key = partition_key(tenant, sample_id)
         conv = sample["conversation"]
         last = session_numbers(conv)[-1]
-        now[key] = parse_locomo_time(conv[f"session_{last}_date_time"]) + timedelta(days=1)
+        asked: list[Question] = []
         for qa in sample["qa"]:
             # A few evidence strings are malformed ("D8:6; D9:17"): read every D<n>:<m> in them.
-            evidence = tuple(e for raw in qa.get("evidence", []) for e in re.findall(r"D\d+:\d+", raw))
-            if evidence:
-                out.append(Question(key, qa["question"], evidence, int(qa["category"])))
-    return out, now
+            found = (e for raw in qa.get("evidence", []) for e in re.findall(r"D\d+:\d+", raw))
+            evidence = tuple(dict.fromkeys(e for e in found if e in contents[key]))
+            if not evidence:
+                skipped += 1
+                continue
+            asked.append(
+                Question(
+                    sample_id,
+                    qa["question"],
+                    int(qa["category"]),
+                    evidence,
+                    _text_or_none(qa.get("answer")),
+                    _text_or_none(qa.get("adversarial_answer")),
+                )
+            )
+        now = parse_locomo_time(conv[f"session_{last}_date_time"]) + timedelta(days=1)
+        conversations.append(Conversation(sample_id, key, now, by_user[key], contents[key], asked))
+    return conversations, skipped
 
 
-async def build_memory(settings: Settings, embedder: Embedder, path: Path) -> EdgeShards:
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)  # a few answers are bare years (2022)
+
+
+async def build_memory(settings: Settings, embedder: Embedder, path: Path, tenant: str) -> EdgeShards:
     """Ingest and consolidate the whole file on a fresh store under ``settings.data_dir``."""
     shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
     processor = IngestProcessor(settings, embedder, shards)
-    events = await ingest_all(processor, locomo_turns(path), settings.batch_size)
+    events = await ingest_all(processor, locomo_turns(path, tenant=tenant), settings.batch_size)
     await consolidate_all(build_consolidation(settings, embedder, processor.theta_sim), shards.get(0), events)
     return shards
 
 
 async def evaluate(
-    settings: Settings, path: Path, budgets: Sequence[int], progress: bool = True
+    settings: Settings,
+    path: Path,
+    budgets: Sequence[int],
+    tenant: str = DEFAULT_TENANT,
+    progress: bool = True,
 ) -> dict[str, Any]:
+    conversations, skipped = load(path, tenant)
+    total = sum(len(c.questions) for c in conversations)
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="memstream-eval-") as tmp:
         settings = settings.model_copy(update={"data_dir": Path(tmp)})
         embedder = make_embedder(settings)
-        shards = await build_memory(settings, embedder, path)
-        asked, now = questions(path)
-        per_question = []
-        hits: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
-        flat: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
-        leaves: dict[int, dict[str, list[float]]] = {b: defaultdict(list) for b in budgets}
-        for q in tqdm(asked, desc="questions", disable=not progress):
-            category = CATEGORIES[q.category]
-            flat_ranked = flat_hybrid_ranking(shards.get(0), embedder, q)
-            row: dict[str, Any] = {
-                "question": q.text,
-                "category": q.category,
-                "evidence": q.evidence,
-                "budgets": {},
-            }
-            for budget in budgets:
-                result = recall(
-                    shards.get(0),
-                    embedder,
-                    user_key=q.user_key,
-                    query=q.text,
-                    now=now[q.user_key],
-                    budget_tokens=budget,
-                )
-                returned = {t for item, _ in result.items for t in item.source_turn_ids}
-                share = _share(q, returned)
-                # Stricter: only leaves (units, episodes, facts), whose provenance is their own text.
-                leaf_turns = {t for item, _ in result.items if item.level == 1 for t in item.source_turn_ids}
-                for cat in (category, "all"):
-                    hits[budget][cat].append(share)
-                    leaves[budget][cat].append(_share(q, leaf_turns))
-                    flat[budget][cat].append(_share(q, fill(flat_ranked, budget)))
-                row["budgets"][str(budget)] = {
-                    "recall": share,
-                    "items": [
-                        {
-                            "kind": i.kind,
-                            "tokens": rank.tokens(i.text),
-                            "source_turn_ids": list(i.source_turn_ids),
+        shards = await build_memory(settings, embedder, path, tenant)
+        bar = tqdm(total=total, desc="questions", disable=not progress)
+        for conv in conversations:
+            lines = [t.line for t in conv.turns]
+            position = {t.turn_id: i for i, t in enumerate(conv.turns)}
+            turn_vectors = embedder.embed([t.text for t in conv.turns])
+            question_vectors = embedder.embed([q.text for q in conv.questions])
+            for q, vector in zip(conv.questions, question_vectors, strict=True):
+                orders = baselines.rankings(conv.turns, (turn_vectors @ vector).tolist(), q.text)
+                orders[ORACLE] = sorted(position[e] for e in q.evidence)
+                evidence_turns = [conv.contents[e] for e in q.evidence]
+                cells: dict[str, Any] = {}
+                for budget in budgets:
+                    result = recall(
+                        shards.get(0),
+                        embedder,
+                        user_key=conv.user_key,
+                        query=q.text,
+                        now=conv.now,
+                        budget_tokens=budget,
+                    )
+                    items = [item for item, _ in result.items]
+                    cell: dict[str, Any] = {
+                        MEMSTREAM: {
+                            "items": [
+                                {
+                                    "id": i.id,
+                                    "kind": i.kind,
+                                    "level": i.level,
+                                    "tokens": tokens(i.text),
+                                    "text": i.text,
+                                    "source_turn_ids": list(i.source_turn_ids),
+                                }
+                                for i in items
+                            ],
+                            "context": result.context,
+                            "scores": {
+                                "text": text_recall(evidence_turns, [i.text for i in items]),
+                                "answer": _answer(q, result.context, budget),
+                                "id": id_recall(q.evidence, (t for i in items for t in i.source_turn_ids)),
+                            },
                         }
-                        for i, _ in result.items
-                    ],
-                }
-            per_question.append(row)
+                    }
+                    for name, order in orders.items():
+                        taken = baselines.fill(lines, order, budget)
+                        context = baselines.render(lines, taken)
+                        cell[name] = {
+                            "turn_ids": [conv.turns[i].turn_id for i in taken],
+                            "context": context,
+                            "scores": {
+                                "text": text_recall(evidence_turns, [lines[i] for i in taken]),
+                                "answer": _answer(q, context, budget),
+                            },
+                        }
+                    cells[str(budget)] = cell
+                rows.append(
+                    {
+                        "sample_id": q.sample_id,
+                        "question": q.text,
+                        "category": q.category,
+                        "evidence": list(q.evidence),
+                        "evidence_turns": dict(zip(q.evidence, evidence_turns, strict=True)),
+                        "answer": q.answer,
+                        "adversarial_answer": q.adversarial_answer,
+                        "budgets": cells,
+                    }
+                )
+                bar.update()
+        bar.close()
         shards.close()
     return {
         "data": str(path),
+        "tenant": tenant,
         "embedder": settings.embedder,
         "writer": "llm" if settings.llm_base_url else "extractive",
-        "questions": len(asked),
-        "evidence_recall": _means(hits),
-        "leaves_only_evidence_recall": _means(leaves),
-        "flat_hybrid_units_evidence_recall": _means(flat),
-        "per_question": per_question,
+        "budgets": list(budgets),
+        "conversations": len(conversations),
+        "questions": len(rows),
+        "skipped_questions": skipped,
+        "scores": aggregate(rows, budgets),
+        "per_question": rows,
     }
 
 
-def flat_hybrid_ranking(store: VectorStore, embedder: Embedder, q: Question) -> list[rank.Item]:
-    """The baseline's order: all of the user's units by 0.9 * cosine + 0.1 * BM25 (BM25 normalised over
-    the user's units); ties by id."""
-    vector = embedder.embed([q.text])[0]
-    flt = Filter(equals={USER_FIELD: q.user_key})
-    everything = max(store.count(UNITS, flt), 1)
-    hits = store.search_many(UNITS, [SearchQuery(vector, everything, flt)])[0]
-    units = [unit_item(h.payload, h.score) for h in hits]
-    scored = list(zip(units, rank.leaf_scores(units, q.text, BASELINE_LAMBDA), strict=True))
-    return [u for u, _ in rank.top(scored, len(scored))]
+def _answer(q: Question, context: str, budget: int) -> float | None:
+    return None if q.answer is None else answer_recall(q.answer, context, budget)
 
 
-def fill(ranked: Sequence[rank.Item], budget: int) -> set[str]:
-    """The turn ids of the items taken in order, skipping any that does not fit what is left."""
-    turns: set[str] = set()
-    spent = 0
-    for item in ranked:
-        cost = rank.tokens(item.text)
-        if spent + cost > budget:
-            continue
-        spent += cost
-        turns.update(item.source_turn_ids)
-    return turns
+def category_names(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The categories present, in LoCoMo's numbering, then "all"."""
+    present = {row["category"] for row in rows}
+    return [CATEGORIES.get(c, str(c)) for c in sorted(present)] + ["all"]
 
 
-def _share(q: Question, turns: set[str]) -> float:
-    return sum(e in turns for e in q.evidence) / len(q.evidence)
+def aggregate(rows: Sequence[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
+    """Means of the rows' scores: budget -> system -> category -> score -> mean (4 decimals; None when
+    no row has that score), with ``questions`` and ``answered`` counts."""
+    out: dict[str, Any] = {}
+    for budget in map(str, budgets):
+        out[budget] = {}
+        for system in SYSTEMS:
+            by_category: dict[str, dict[str, Any]] = {}
+            for name in category_names(rows):
+                mine = [r for r in rows if name == "all" or CATEGORIES.get(r["category"]) == name]
+                scores = [r["budgets"][budget][system]["scores"] for r in mine]
+                cell: dict[str, Any] = {}
+                for score in SCORES:
+                    values = [s[score] for s in scores if s.get(score) is not None]
+                    if score in scores[0]:
+                        cell[score] = round(statistics.mean(values), 4) if values else None
+                cell["questions"] = len(mine)
+                cell["answered"] = sum(s["answer"] is not None for s in scores)
+                by_category[name] = cell
+            out[budget][system] = by_category
+    return out
 
 
-def _means(by_budget: dict[int, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-    return {
-        str(b): {cat: round(statistics.mean(v), 4) for cat, v in sorted(by_cat.items())}
-        for b, by_cat in by_budget.items()
-    }
+LABELS = {
+    MEMSTREAM: "memstream",
+    "hybrid": "flat hybrid",
+    "dense": "flat dense",
+    "bm25": "flat BM25",
+    ORACLE: "oracle (evidence)",
+}
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report's means as percentages: per budget, every system's text, multi-hop text, answer and id
+    recall, then text and answer per category."""
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.1f}"
+
+    out = [
+        f"{report['questions']} questions over {report['conversations']} conversations "
+        f"(tenant {report['tenant']}, writer {report['writer']}, embedder {report['embedder']}; "
+        f"{report['skipped_questions']} without evidence skipped). Scores in %."
+    ]
+    categories = category_names(report["per_question"])
+    for budget, systems in report["scores"].items():
+        out.append("")
+        out.append(
+            f"{'budget ' + budget + ' tokens':<22} {'text':>5} {'multi-hop text':>15} {'answer':>7} {'id':>5}"
+        )
+        for system, cells in systems.items():
+            multi_hop = cells.get("multi-hop", {}).get("text")
+            everything = cells["all"]
+            out.append(
+                f"  {LABELS[system]:<20} {pct(everything['text']):>5} {pct(multi_hop):>15} "
+                f"{pct(everything['answer']):>7} {pct(everything.get('id')):>5}"
+            )
+        for score in ("text", "answer"):
+            out.append(f"  {score + ' by category':<20} " + " ".join(f"{c:>11}" for c in categories))
+            for system, cells in systems.items():
+                row = " ".join(f"{pct(cells[c][score]):>11}" for c in categories)
+                out.append(f"  {LABELS[system]:<20} {row}")
+    return "\n".join(out)
