@@ -495,7 +495,7 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
     return RecallResponse(
         items=items,
         context=result.context,
-        tokens=sum(rank.tokens(i.text) for i in items),
+        tokens=rank.tokens(result.context),
         complexity=result.complexity,
         time_intent=[(iv.start, iv.end) for iv in result.intent.intervals],
     )
