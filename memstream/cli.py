@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from memstream.settings import Settings
+from schemas.events import DEFAULT_TENANT
 
 EPILOG = "Settings come from MEMSTREAM_* environment variables; `memstream config` lists them."
 
@@ -71,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=["jsonl", "locomo"], default="jsonl", help="file format (default jsonl)"
     )
     rp.add_argument(
-        "--tenant", default="locomo", help="tenant for locomo files (jsonl lines carry their own)"
+        "--tenant",
+        default=DEFAULT_TENANT,
+        help="tenant for locomo files (default %(default)r, the tenant a gateway without API keys reads; "
+        "jsonl lines carry their own)",
     )
     rp.add_argument("--wait", action="store_true", help="wait until the pipeline has processed every turn")
     rp.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
-from schemas.events import Message, Role, Turn, partition_key
+from schemas.events import DEFAULT_TENANT, Message, Role, Turn, partition_key
 
 Format = Literal["jsonl", "locomo"]
 
@@ -119,8 +119,9 @@ def _key_of(line: bytes) -> str | None:
         return None  # still replayed: the processor dead-letters it with the reason
 
 
-def read_records(path: Path, fmt: Format, tenant: str = "locomo") -> Iterator[RawRecord]:
-    """Records to produce to the turns topic, in file order."""
+def read_records(path: Path, fmt: Format, tenant: str = DEFAULT_TENANT) -> Iterator[RawRecord]:
+    """Records to produce to the turns topic, in file order; ``tenant`` for formats whose records name none
+    (locomo), by default the tenant a gateway without API keys reads."""
     if fmt == "jsonl":
         yield from _jsonl_records(path)
     else:
@@ -128,7 +129,7 @@ def read_records(path: Path, fmt: Format, tenant: str = "locomo") -> Iterator[Ra
             yield RawRecord(key=turn.key, value=turn.to_bytes())
 
 
-def read_turns(path: Path, fmt: Format, tenant: str = "locomo") -> Iterator[Turn]:
+def read_turns(path: Path, fmt: Format, tenant: str = DEFAULT_TENANT) -> Iterator[Turn]:
     """Valid turns only (for calibration and evaluation); invalid jsonl lines raise."""
     if fmt == "locomo":
         yield from locomo_turns(path, tenant=tenant)

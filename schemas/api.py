@@ -37,7 +37,12 @@ class RecallRequest(Body):
     user_id: Identifier
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
     now: IsoAwareDatetime | None = Field(None, description="the time the question is asked; default: now")
-    budget_tokens: int = Field(1000, ge=50, le=32_000, description="context size, tokens = characters / 4")
+    budget_tokens: int = Field(
+        1000,
+        ge=50,
+        le=32_000,
+        description="the most tokens the returned context may take; tokens = ⌈characters / 4⌉ of the context",
+    )
     levels: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
         None, description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile)"
     )
@@ -59,7 +64,7 @@ class RecallItem(Body):
 class RecallResponse(Body):
     items: list[RecallItem]
     context: str = Field(description="the items as dated lines, ready for a prompt")
-    tokens: int
+    tokens: int = Field(description="tokens of context (⌈characters / 4⌉), never more than budget_tokens")
     complexity: str
     time_intent: list[tuple[datetime, datetime]] = Field(description="the intervals read from the query")
 

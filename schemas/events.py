@@ -102,6 +102,11 @@ class Record(BaseModel):
         return cls.model_validate_json(data)
 
 
+# The tenant of a gateway without API keys, and of what `memstream replay` writes when a file names none:
+# one constant, so that replaying a file and asking the gateway, both with defaults, meet.
+DEFAULT_TENANT = "default"
+
+
 def partition_key(tenant: str, user_id: str) -> str:
     """Every topic is keyed by ``tenant/user_id``: one user's events stay ordered on one partition."""
     return f"{tenant}/{user_id}"

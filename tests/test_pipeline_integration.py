@@ -102,6 +102,8 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
                     str(LOCOMO),
                     "--format",
                     "locomo",
+                    "--tenant",  # its own tenant, apart from the sample set's
+                    "locomo",
                     "--wait",
                     "--timeout",
                     "240",
@@ -113,7 +115,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
             )
             assert cli.returncode == 0, cli.stderr + pipeline.logs()
             assert "processed by the pipeline" in cli.stdout
-            for r in read_records(LOCOMO, "locomo"):
+            for r in read_records(LOCOMO, "locomo", tenant="locomo"):
                 t = Turn.from_bytes(r.value)
                 expected[f"{t.key}/{t.turn_id}"] = t
         for i, (_, bad) in enumerate(BAD_INPUTS):

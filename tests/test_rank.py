@@ -18,9 +18,11 @@ from memstream.recall.rank import (
     bm25_scores,
     keep_valid,
     leaf_scores,
+    line_tokens,
     order,
     plan_complexity,
     render_context,
+    render_line,
     select,
     smooth_neighbours,
     tokens,
@@ -28,6 +30,7 @@ from memstream.recall.rank import (
 )
 
 T0 = datetime(2023, 5, 8, 12, 0, tzinfo=UTC)
+UTC_ZONE = ZoneInfo("UTC")
 LEVELS = {
     "unit": 1,
     "episode": 1,
@@ -191,8 +194,17 @@ def test_ancestor_ids_walk_up_and_survive_missing_parents_and_cycles() -> None:
 
 
 def sized(id: str, kind: str = "unit", size: int = 10, **kw: object) -> Item:
-    """An item of ``size`` tokens."""
-    return item(id, kind, "x" * (4 * size), **kw)  # type: ignore[arg-type]
+    """An item whose rendered line costs ``size`` tokens in the context (prefix and line break included)."""
+    bare = item(id, kind, "", **kw)  # type: ignore[arg-type]
+    overhead = len(render_line(bare, UTC_ZONE)) + 1
+    assert 4 * size >= overhead, "too small for its [kind date] prefix"
+    sized_item = item(id, kind, "x" * (4 * size - overhead), **kw)  # type: ignore[arg-type]
+    assert line_tokens(sized_item, UTC_ZONE) == size
+    return sized_item
+
+
+def costs(scored: list[Scored]) -> int:
+    return costs_in(scored, UTC_ZONE)
 
 
 def ids(scored: list[Scored]) -> list[str]:
@@ -202,7 +214,7 @@ def ids(scored: list[Scored]) -> list[str]:
 def test_select_takes_leaves_in_score_order_when_no_node_is_worth_more() -> None:
     session = sized("s", "session", 50)
     leaves = [(sized(f"u{n}", parent="s"), 1.0 - n / 10) for n in range(4)]
-    out = select(leaves, {"s": session}, budget_tokens=30, activated=3)
+    out = select(leaves, {"s": session}, budget_tokens=30, activated=3, zone=UTC_ZONE)
     # u0..u2 gain 0.3, 0.2, 0.1 over u3 (the best leaf left out); the session (50 tokens) would stand for
     # what does not fit, but does not fit itself.
     assert ids(out) == ["u0", "u1", "u2"]
@@ -214,9 +226,9 @@ def test_select_prefers_a_summary_of_many_relevant_leaves_that_do_not_fit() -> N
     session = sized("s", "session", 20)
     relevant = [(sized(f"u{n}", parent="s"), 0.9 - n / 100) for n in range(10)]
     noise = [(sized(f"n{n}"), 0.1) for n in range(5)]
-    out = select([*relevant, *noise], {"s": session}, budget_tokens=40, activated=10)
+    out = select([*relevant, *noise], {"s": session}, budget_tokens=40, activated=10, zone=UTC_ZONE)
     assert "s" in ids(out)
-    assert sum(tokens(i.text) for i, _ in out) <= 40
+    assert costs(out) <= 40
     assert ids(out)[0] == "s" and ids(out)[1:] == ["u0", "u1"]
     score = dict((i.id, s) for i, s in out)["s"]
     assert score == pytest.approx(0.9 * LEVEL_DECAY)  # the best activated leaf below it, one level up
@@ -224,10 +236,10 @@ def test_select_prefers_a_summary_of_many_relevant_leaves_that_do_not_fit() -> N
 
 def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None:
     by_id = tree()
-    by_id = {k: Item(**{**v.__dict__, "text": "x" * 40}) for k, v in by_id.items()}  # 10 tokens each
+    by_id = {k: sized(k, v.kind, 10, parent=v.parent_id) for k, v in by_id.items()}  # 10 tokens each
     leaves = [(sized("u1", parent="s1", size=30), 0.9), (sized("u2", parent="s2", size=30), 0.8)]
     leaves += [(sized(f"n{n}", size=5), 0.1) for n in range(3)]
-    out = select(leaves, by_id, budget_tokens=25, activated=2)
+    out = select(leaves, by_id, budget_tokens=25, activated=2, zone=UTC_ZONE)
     # The units (30 tokens) cannot fit. The day, week and profile each stand for both (gains 0.8 and 0.7
     # over the best leaf left out) at 10 tokens; the smallest id wins the tie. Once it is kept no other node
     # stands for anything, and the small leaves fill the rest.
@@ -236,22 +248,22 @@ def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None
 
 def test_select_puts_items_inside_the_asked_time_first() -> None:
     leaves = [(sized("out"), 0.9), (sized("in1"), 0.2), (sized("in2"), 0.1)]
-    out = select(leaves, {}, budget_tokens=20, inside=lambda i: i.id.startswith("in"))
+    out = select(leaves, {}, budget_tokens=20, inside=lambda i: i.id.startswith("in"), zone=UTC_ZONE)
     assert ids(out) == ["in1", "in2"]
 
 
 def test_select_restricts_levels() -> None:
-    session = sized("s", "session", 5)
+    session = sized("s", "session", 10)
     leaves = [(sized(f"u{n}", parent="s"), 1.0 - n / 10) for n in range(4)]
-    assert ids(select(leaves, {"s": session}, 100, levels={1})) == ["u0", "u1", "u2", "u3"]
-    assert ids(select(leaves, {"s": session}, 100, levels={2})) == ["s"]
-    assert select(leaves, {"s": session}, 100, levels={3}) == []
+    assert ids(select(leaves, {"s": session}, 100, levels={1}, zone=UTC_ZONE)) == ["u0", "u1", "u2", "u3"]
+    assert ids(select(leaves, {"s": session}, 100, levels={2}, zone=UTC_ZONE)) == ["s"]
+    assert select(leaves, {"s": session}, 100, levels={3}, zone=UTC_ZONE) == []
 
 
 def test_select_fills_a_large_budget_with_every_leaf_then_the_activated_leaves_ancestors() -> None:
     by_id = tree()
     leaves = [(by_id["u1"], 0.9), (by_id["u2"], 0.5)]
-    out = select(leaves, by_id, budget_tokens=1000, activated=1)
+    out = select(leaves, by_id, budget_tokens=1000, activated=1, zone=UTC_ZONE)
     assert ids(out)[:2] == ["u1", "u2"]
     assert set(ids(out)[2:]) == {"s1", "d", "w", "p"}  # above u1 only: u2 is not activated
     assert ids(out)[2] == "s1"  # closest to the leaf first
@@ -259,7 +271,7 @@ def test_select_fills_a_large_budget_with_every_leaf_then_the_activated_leaves_a
 
 def test_select_ignores_tree_nodes_passed_as_leaves_and_is_deterministic() -> None:
     leaves = [(sized("b"), 0.5), (sized("a"), 0.5), (sized("s", "session"), 1.0)]
-    assert ids(select(leaves, {}, 100)) == ["a", "b"]
+    assert ids(select(leaves, {}, 100, zone=UTC_ZONE)) == ["a", "b"]
 
 
 # --- keep_valid ------------------------------------------------------------------------------------------
@@ -331,29 +343,40 @@ def test_render_context_formats_dates_in_the_zone() -> None:
 # --- properties ------------------------------------------------------------------------------------------
 
 KINDS = sorted(LEVELS)
+# Zones whose offsets move dates across midnight in both directions, with DST and half-hour offsets.
+ZONES = [
+    "UTC",
+    "Pacific/Kiritimati",
+    "Pacific/Pago_Pago",
+    "Asia/Kathmandu",
+    "America/St_Johns",
+    "Europe/Lisbon",
+]
+# Any text a memory may hold: words, runs of spaces, tabs and line breaks (folded when rendered), non-ASCII.
+TEXTS = st.lists(
+    st.sampled_from(["w", "ab ", " ", "  ", "\n", "\t", "é", "日本", "-", "1"]), max_size=40
+).map("".join) | st.text(max_size=120)
 
 
 @st.composite
 def scored_items(draw: st.DrawFn) -> list[tuple[Item, float]]:
-    n = draw(st.integers(0, 12))
+    n = draw(st.integers(0, 14))
     out = []
     for k in range(n):
         kind = draw(st.sampled_from(KINDS))
-        text = "w" * draw(st.integers(0, 60))
         turns = tuple(draw(st.lists(st.sampled_from(["t1", "t2", "t3", "t4"]), max_size=3, unique=True)))
-        start = T0 + timedelta(hours=draw(st.integers(-500, 500)))
+        start = T0 + timedelta(minutes=draw(st.integers(-600_000, 600_000)))
+        # No end, an end before the start, an instant, or a span of up to a year and more (long date ranges).
+        end = draw(st.none() | st.integers(-10_000, 800_000).map(lambda m, s=start: s + timedelta(minutes=m)))
         score = draw(st.floats(0.0, 1.0))
-        out.append((item(f"i{k}", kind, text, start=start, turns=turns), score))
+        out.append((item(f"i{k}", kind, draw(TEXTS), start=start, end=end, turns=turns), score))
     return out
 
 
-@given(scored_items(), st.integers(-5, 120), st.integers(0, 12))
-def test_select_never_exceeds_the_budget_and_returns_each_item_once(
-    scored: list[tuple[Item, float]], budget: int, activated: int
-) -> None:
+def linked_tree(scored: list[tuple[Item, float]]) -> tuple[list[Scored], dict[str, Item]]:
+    """Every leaf linked to some node, and nodes into a chain, so propagation has something to do."""
     leaves = [p for p in scored if p[0].level == 1]
     nodes = {i.id: i for i, _ in scored if i.level > 1}
-    # Link every leaf to some node, and nodes into a chain, so propagation has something to do.
     node_ids = sorted(nodes)
     nodes = {
         n: Item(**{**nodes[n].__dict__, "parent_id": node_ids[k + 1] if k + 1 < len(node_ids) else None})
@@ -363,10 +386,55 @@ def test_select_never_exceeds_the_budget_and_returns_each_item_once(
         (Item(**{**i.__dict__, "parent_id": node_ids[k % len(node_ids)] if node_ids else None}), s)
         for k, (i, s) in enumerate(leaves)
     ]
-    out = select(linked, nodes, budget, activated=activated)
-    assert sum(tokens(i.text) for i, _ in out) <= max(budget, 0)
+    return linked, nodes
+
+
+@given(scored_items(), st.integers(-5, 400), st.integers(0, 12), st.sampled_from(ZONES), st.booleans())
+def test_the_rendered_context_never_exceeds_the_budget(
+    scored: list[tuple[Item, float]], budget: int, activated: int, zone_name: str, leaves_only: bool
+) -> None:
+    """What the agent reads, ``render_context`` of the ordered selection, is at most ``budget`` tokens
+    by ``tokens``, whatever the texts, dates, zone and levels."""
+    zone = ZoneInfo(zone_name)
+    linked, nodes = linked_tree(scored)
+    out = select(linked, nodes, budget, activated=activated, levels={1} if leaves_only else None, zone=zone)
+    context = render_context(order(out), zone)
+    assert tokens(context) <= max(budget, 0)
+    assert costs_in(out, zone) <= max(budget, 0)  # what select charged, which bounds the context
+
+
+def costs_in(scored: list[Scored], zone: ZoneInfo) -> int:
+    return sum(line_tokens(i, zone) for i, _ in scored)
+
+
+@given(scored_items(), st.integers(-5, 400), st.integers(0, 12))
+def test_select_returns_each_item_once_and_only_known_items(
+    scored: list[tuple[Item, float]], budget: int, activated: int
+) -> None:
+    linked, nodes = linked_tree(scored)
+    out = select(linked, nodes, budget, activated=activated, zone=UTC_ZONE)
     assert len({i.id for i, _ in out}) == len(out)
     assert {i.id for i, _ in out} <= {i.id for i, _ in linked} | set(nodes)
+
+
+def test_an_item_costs_its_rendered_line_and_line_break() -> None:
+    unit = item("u", text="I adopted\na cat.", start=datetime(2023, 5, 8, 9, 30, tzinfo=UTC))
+    line = "[unit 8 May 2023] I adopted a cat."  # 34 characters, and the line break: 35 -> 9 tokens
+    assert render_line(unit, UTC_ZONE) == line
+    assert line_tokens(unit, UTC_ZONE) == 9
+    # A budget that holds the text alone (5 tokens) but not the line does not take it.
+    assert select([(unit, 1.0)], {}, 8, zone=UTC_ZONE) == []
+    assert select([(unit, 1.0)], {}, 9, zone=UTC_ZONE) == [(unit, 1.0)]
+
+
+def test_line_breaks_between_items_are_charged() -> None:
+    # Lines of exactly 20 characters (5 tokens each): two of them and the break between are 41 characters,
+    # 11 tokens, so a budget of 10 holds one.
+    a, b = item("a", text="ab"), item("b", text="cd")
+    assert len(render_line(a, UTC_ZONE)) == 20
+    out = select([(a, 1.0), (b, 0.9)], {}, 10, zone=UTC_ZONE)
+    assert ids(out) == ["a"]
+    assert tokens(render_context([(a, 1.0), (b, 0.9)], UTC_ZONE)) == 11
 
 
 def test_order_puts_the_closest_in_time_first_within_a_level() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
@@ -34,7 +37,7 @@ def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore)
     topic = TURNS[0].metadata.get("topic", "running")
     result = ask(store, f"What did I say about {topic}?", budget=400)
     assert result.items
-    assert sum(rank.tokens(i.text) for i, _ in result.items) <= 400
+    assert rank.tokens(result.context) <= 400
     turn_ids = {t.turn_id for t in TURNS if t.key == USER}
     for item, _ in result.items:
         assert set(item.source_turn_ids) <= turn_ids  # never another user's memory
@@ -66,7 +69,7 @@ def test_more_budget_never_returns_less(store: VectorStore) -> None:
     small = ask(store, "what do I like", budget=100)
     large = ask(store, "what do I like", budget=2000)
     assert len(large.items) >= len(small.items)
-    assert sum(rank.tokens(i.text) for i, _ in small.items) <= 100
+    assert rank.tokens(small.context) <= 100
 
 
 def test_levels_restrict_what_is_returned_and_get_the_whole_budget(store: VectorStore) -> None:
@@ -81,7 +84,7 @@ def test_levels_restrict_what_is_returned_and_get_the_whole_budget(store: Vector
     assert leaves.items and {i.level for i, _ in leaves.items} == {1}
     assert len(leaves.items) >= sum(i.level == 1 for i, _ in everything.items)
     assert nodes.items and {i.level for i, _ in nodes.items} <= {2, 3}
-    assert sum(rank.tokens(i.text) for i, _ in nodes.items) <= 1500
+    assert rank.tokens(nodes.context) <= 1500
 
 
 def test_summaries_do_not_displace_the_best_leaves(store: VectorStore) -> None:
@@ -94,6 +97,33 @@ def test_summaries_do_not_displace_the_best_leaves(store: VectorStore) -> None:
     mixed = ask(store, query, budget=600)
     best = [i.id for i, _ in rank.top(leaves_only.items, 3)]
     assert set(best) <= {i.id for i, _ in mixed.items}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    query=st.text(min_size=1, max_size=60) | st.sampled_from(["What did I say about running?", "last week?"]),
+    budget=st.integers(1, 3000),
+    levels=st.none() | st.lists(st.integers(1, 5), min_size=1, max_size=5, unique=True),
+    zone=st.sampled_from(["UTC", "Pacific/Kiritimati", "America/St_Johns"]),
+    days=st.integers(-400, 400),
+)
+def test_the_context_never_exceeds_the_budget(
+    store: VectorStore, query: str, budget: int, levels: list[int] | None, zone: str, days: int
+) -> None:
+    """The property through ``recall`` on a real store: the rendered context is at most ``budget_tokens``."""
+    result = recall(
+        store,
+        HashingEmbedder(384),
+        user_key=USER,
+        query=query,
+        now=_now() + timedelta(days=days),
+        budget_tokens=budget,
+        zone=ZoneInfo(zone),
+        levels=levels,
+    )
+    assert rank.tokens(result.context) <= budget
+    if budget >= 100 and levels is None:
+        assert result.items  # the store holds this user's memories: a useful budget returns some
 
 
 class CountingStore:

@@ -57,13 +57,12 @@ from schemas.api import (
     TurnIn,
     TurnsAccepted,
 )
-from schemas.events import IsoAwareDatetime, Tombstone, Turn, partition_key
+from schemas.events import DEFAULT_TENANT, IsoAwareDatetime, Tombstone, Turn, partition_key
 from schemas.tools import TOOLS, ToolResult, openai_tools
 from schemas.topics import TOMBSTONES, TURNS
 from streams.validation import Limits, Rejection, limits_from, validate
 
 log = logging.getLogger("memstream.gateway")
-DEFAULT_TENANT = "default"
 HEARTBEAT_S = 15.0
 # POST /v1/turns waits this long for the broker's acks, then answers 503 with Retry-After (the
 # producer's own request timeout, 10 s, would hold the client that long when the broker is gone).
@@ -497,7 +496,7 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
     return RecallResponse(
         items=items,
         context=result.context,
-        tokens=sum(rank.tokens(i.text) for i in items),
+        tokens=rank.tokens(result.context),
         complexity=result.complexity,
         time_intent=[(iv.start, iv.end) for iv in result.intent.intervals],
     )

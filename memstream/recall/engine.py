@@ -9,7 +9,8 @@
    batched read per level;
 4. facts valid at the asked time (superseded ones only for questions about change);
 5. selection within ``budget_tokens`` (``rank.select``: leaves and the tree nodes that stand for relevant
-   leaves the budget cannot hold, inside the asked time first), ordering, and a rendered context with dates.
+   leaves the budget cannot hold, inside the asked time first), ordering, and a rendered context with dates;
+   each item is charged its rendered line, so the context itself fits the budget.
 
 Store round trips per call: two searches, at most ``MAX_SESSION_LOOKUPS`` session lookups for activated units
 whose session was not among the nearest sessions, and one read per tree level above.
@@ -60,7 +61,8 @@ def recall(
     zone: ZoneInfo | None = None,
     levels: Sequence[int] | None = None,
 ) -> Recalled:
-    """The user's memories for ``query`` asked at ``now``, within ``budget_tokens`` (characters / 4).
+    """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
+    ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
 
     ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
     personas) are returned, and they get the whole budget; None = every level."""
@@ -90,6 +92,7 @@ def recall(
         budget_tokens,
         inside=lambda i: contains(intent, i.start, i.end),
         levels=None if levels is None else frozenset(levels),
+        zone=zone,
     )
     ordered = rank.order(selected, closeness)
     return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)

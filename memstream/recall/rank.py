@@ -5,7 +5,7 @@ is deterministic and unit-testable. The intended pipeline, for one query:
 
     leaves   = keep_valid(zip(items, leaf_scores(items, query)), asks_change, at)  # units, episodes, facts
     leaves   = smooth_neighbours(leaves)                     # a turn next to a strong one gains
-    selected = select(leaves, by_id, budget_tokens, inside)  # leaves + tree nodes, the asked time first
+    selected = select(leaves, by_id, budget_tokens, inside, zone=zone)  # leaves + nodes, asked time first
     context  = render_context(order(selected, closeness), zone)
 
 ``select`` is where TiMem's propagation happens: the top ``ACTIVATED`` leaves are the activated set, each with
@@ -193,8 +193,13 @@ def select(
     inside: Callable[[Item], bool] = lambda _: True,
     levels: Collection[int] | None = None,
     activated: int = ACTIVATED,
+    *,
+    zone: ZoneInfo,
 ) -> list[Scored]:
-    """Leaves and tree nodes that fit ``budget_tokens``, chosen greedily by gain per token.
+    """Leaves and tree nodes whose rendered lines fit ``budget_tokens``, chosen greedily by gain per token.
+
+    An item costs ``line_tokens(item, zone)``, what it adds to ``render_context(..., zone)``, so the context
+    of what is returned is never more than ``budget_tokens`` tokens (``tokens``).
 
     The top ``activated`` leaves by score gain ``score - t``, t the score of the best leaf left out. A tree
     node above activated leaves (``parent_id`` links in ``by_id``) is worth the gains of those of them not
@@ -213,7 +218,8 @@ def select(
     best = ranked[:activated]
     floor = ranked[activated][1] if len(ranked) > activated else 0.0
     gain = {item.id: max(0.0, score - floor) for item, score in best}
-    leaf_cost = max(1.0, sum(tokens(item.text) for item, _ in best) / len(best)) if best else 1.0
+    cost = {item.id: line_tokens(item, zone) for item, _ in ranked}  # leaves; nodes: node_cost
+    leaf_cost = max(1.0, sum(cost[item.id] for item, _ in best) / len(best)) if best else 1.0
 
     # Which activated leaves each node stands for, and what they are worth together.
     under: dict[str, list[str]] = defaultdict(list)
@@ -230,7 +236,7 @@ def select(
             node_score[node_id] = max(node_score.get(node_id, 0.0), reported)
     mass = {node_id: sum(gain[i] for i in ids) for node_id, ids in under.items()}
     node_ids = sorted(mass)  # ties go to the smaller id
-    node_cost = {node_id: tokens(by_id[node_id].text) for node_id in node_ids}
+    node_cost = {node_id: line_tokens(by_id[node_id], zone) for node_id in node_ids}
     node_inside = {node_id: inside(by_id[node_id]) for node_id in node_ids}
 
     def represent(leaf_id: str) -> None:
@@ -248,7 +254,7 @@ def select(
     used = 0
     head = 0
     while True:
-        while head < len(queue) and used + tokens(queue[head][0].text) > budget_tokens:
+        while head < len(queue) and used + cost[queue[head][0].id] > budget_tokens:
             head += 1  # the budget only shrinks: what does not fit now never will
         leaf = queue[head] if head < len(queue) else None
         leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
@@ -268,7 +274,7 @@ def select(
                 represent(leaf_id)
         elif leaf is not None:
             kept.append(leaf)
-            used += tokens(leaf[0].text)
+            used += cost[leaf[0].id]
             head += 1
             represent(leaf[0].id)
         else:
@@ -298,8 +304,16 @@ def keep_valid(scored: Sequence[Scored], asks_change: bool, at: datetime | None)
 
 
 def tokens(text: str) -> int:
-    """A cheap token estimate (about four characters per token), no tokenizer needed."""
+    """memstream's one token count, for budgets and reported sizes: ⌈characters / 4⌉ (Python characters,
+    i.e. Unicode code points). An estimate of an English BPE tokenizer's count, no tokenizer needed."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def line_tokens(item: Item, zone: ZoneInfo) -> int:
+    """What ``item`` costs in a rendered context: its line and the line break after it. Every line is
+    charged a break though the last has none, and ⌈a/4⌉ + ⌈b/4⌉ ≥ ⌈(a+b)/4⌉, so the costs of the
+    selected items add up to at least ``tokens(render_context(selected, zone))``."""
+    return tokens(render_line(item, zone) + "\n")
 
 
 def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None = None) -> list[Scored]:
@@ -325,8 +339,12 @@ def _date_span(item: Item, zone: ZoneInfo) -> str:
     return f"{_format_date(first)} – {_format_date(last)}"
 
 
+def render_line(item: Item, zone: ZoneInfo) -> str:
+    """The line an item takes in a context: "[<kind> <date or date range in zone>] <text>", the text folded
+    onto one line."""
+    return f"[{item.kind} {_date_span(item, zone)}] {' '.join(item.text.split())}"
+
+
 def render_context(selected: Sequence[Scored], zone: ZoneInfo) -> str:
-    """One line per item, "[<kind> <date or date range in zone>] <text>", text folded onto one line."""
-    return "\n".join(
-        f"[{item.kind} {_date_span(item, zone)}] {' '.join(item.text.split())}" for item, _ in selected
-    )
+    """One line per item (``render_line``), joined by line breaks."""
+    return "\n".join(render_line(item, zone) for item, _ in selected)
