@@ -74,7 +74,7 @@ def session_numbers(conversation: dict[str, Any]) -> list[int]:
     return sorted(nums)
 
 
-def locomo_turns(path: Path, tenant: str = "locomo") -> Iterator[Turn]:
+def locomo_turns(path: Path, tenant: str = DEFAULT_TENANT) -> Iterator[Turn]:
     data = orjson.loads(path.read_bytes())
     for sample in data:
         conv = sample["conversation"]
