@@ -73,9 +73,10 @@ def respond(body: dict[str, Any]) -> str:
 def quoted_ids(user: str, text: str) -> list[str]:
     """The ids of the id-tagged blocks of ``user`` with a speaker line whose start is in ``text``."""
     tags = list(_ID.finditer(user))
+    ends = [t.start() for t in tags[1:]] + [len(user)] if tags else []
     out = []
-    for tag, following in zip(tags, [*tags[1:], None], strict=True):
-        block = user[tag.end() : following.start() if following else len(user)]
+    for tag, end in zip(tags, ends, strict=True):
+        block = user[tag.end() : end]
         lines = [ln.strip() for ln in block.split("</data>")[0].splitlines() if ": " in ln]
         if any(ln[:40] in text for ln in lines):
             out.append(tag[1])
