@@ -267,9 +267,9 @@ def _provenance(text: str, quoted: Sequence[Sentence], zone: ZoneInfo) -> Writte
     """``text`` with the turns it carries, whole and per sentence as ``_memory_sentences`` will read
     it back: a sentence takes the turns of the quoted sentence it renders; one the parse cuts
     differently (rare) takes the turns of every quoted sentence."""
-    carried = tuple(dict.fromkeys(t for s in quoted for t in s.turn_ids))
     if not quoted:
         return Written(text, ())
+    carried = tuple(dict.fromkeys(t for s in quoted for t in s.turn_ids))
     turns_of: dict[tuple[str, str], tuple[str, ...]] = {}
     for s in quoted:
         turns_of[_key(s)] = tuple(dict.fromkeys((*turns_of.get(_key(s), ()), *s.turn_ids)))

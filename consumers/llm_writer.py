@@ -65,7 +65,8 @@ class LLMWriter:
             ids = tuple(_cited(ep.unit_ids, units))
             start = _clamp(_parse(ep.start, scope, lo), lo, hi)
             end = max(start, _clamp(_parse(ep.end, scope, hi, end=True), lo, hi))
-            covers = ids or tuple(u.id for u in units)
+            # One episode was written from all the units; several split them by what each cites.
+            covers = ids if len(answers) > 1 and ids else tuple(u.id for u in units)
             drafts.append(EpisodeDraft(ep.text.strip(), start, end, source_ids=ids, covers_ids=covers))
         return drafts
 

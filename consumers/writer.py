@@ -6,6 +6,11 @@ Consolidators (``consumers/recurrence.py``, ``consumers/tree.py``) load units an
 
 * ``consumers.extractive.ExtractiveWriter`` -- deterministic, offline, zero tokens (the default);
 * ``consumers.llm_writer.LLMWriter`` -- prompts from ``memstream.prompts`` through the LLM client.
+
+Both say what their text carries, apart from what it was written from: drafts name the units they
+state (``source_ids``) and those they cover (``covers_ids``); summaries, profiles and durative
+memory come back ``Written``, with the turns they quote or cite. Consolidators store the first as
+``Memory.source_turn_ids`` and the whole subtree or cluster as ``covers_turn_ids``.
 """
 
 from __future__ import annotations

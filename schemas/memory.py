@@ -100,7 +100,9 @@ class Memory(Record):
         " extractive writer splits it), so a parent quoting one sentence credits that sentence's turns only;"
         " empty when unknown (LLM output)",
     )
-    source_unit_ids: list[str] = Field(default_factory=list, description="the units of source_turn_ids")
+    source_unit_ids: list[str] = Field(
+        default_factory=list, description="episodes and facts: the units of source_turn_ids"
+    )
     children: list[str] = Field(default_factory=list, description="tree: the ids it was built from")
     parent_id: str | None = None
     triple: Triple | None = Field(default=None, description="facts only")

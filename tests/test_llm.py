@@ -457,7 +457,7 @@ async def test_llm_writer_keeps_only_the_input_ids_it_cites(server: OpenAIServer
 
     [episode] = await writer.episodes(scope, UNITS, None)
     assert episode.source_ids == (UNITS[0].id,)  # the invented id is dropped
-    assert episode.covers_ids == (UNITS[0].id,)
+    assert episode.covers_ids == tuple(u.id for u in UNITS)  # one episode: written from them all
     facts = await writer.facts(scope, episode, UNITS, [])
     assert facts and all(set(f.source_ids) <= {u.id for u in UNITS} for f in facts)
 
@@ -487,4 +487,16 @@ async def test_llm_writer_states_no_turn_when_it_cites_only_invented_ids(
     assert all(f.source_ids == () for f in await writer.facts(scope, episode, UNITS, []))
     assert (await writer.summary(scope, MemoryKind.SESSION, T, T, UNITS, [])).turn_ids == ()
     assert [w.turn_ids for w in await writer.durative(scope, T, [memory(0, ("t1",))])] == [(), ()]
+    await writer.client.aclose()
+
+
+async def test_llm_episodes_split_the_units_by_what_each_cites(server: OpenAIServer, tenant: str) -> None:
+    def episode(ids: list[str]) -> dict[str, Any]:
+        return {"text": "ann moved.", "start": "2024-03-04", "end": "2024-03-04", "unit_ids": ids}
+
+    a, b, c = (u.id for u in UNITS)
+    server.reply(json.dumps({"episodes": [episode([a, INVENTED]), episode([b, c])]}))
+    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    drafts = await writer.episodes(Scope(tenant, "ann", ZoneInfo("UTC")), UNITS, None)
+    assert [(d.source_ids, d.covers_ids) for d in drafts] == [((a,), (a,)), ((b, c), (b, c))]
     await writer.client.aclose()
