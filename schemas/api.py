@@ -58,7 +58,14 @@ class RecallItem(Body):
     event_end: datetime | None
     score: float
     current: bool = Field(description="false for a superseded fact")
-    source_turn_ids: list[str] = Field(description="provenance: the turns it derives from")
+    source_turn_ids: list[str] = Field(
+        description="provenance: the turns whose content its text carries (the sentences it quotes, the ids"
+        " an LLM cited); a unit: its own turn"
+    )
+    covers_turn_ids: list[str] = Field(
+        description="every turn beneath it (a session, day or week node's subtree, an episode's units, a"
+        " topic's facts); includes source_turn_ids. Coverage, not evidence"
+    )
 
 
 class RecallResponse(Body):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumers.memories import MEMORIES, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
 from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
@@ -52,6 +53,19 @@ def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: Vecto
     levels = [i.level for i, _ in result.items]
     assert levels == sorted(levels, reverse=True)
     assert any(level >= 2 for level in levels), "propagation must reach session or higher nodes"
+
+
+def test_recall_items_credit_the_turns_their_text_carries_not_their_subtree(store: VectorStore) -> None:
+    result = ask(store, "Summarise how my last months went and why", budget=3000)
+    nodes = [i for i, _ in result.items if i.kind != "unit"]
+    stored = {h.id: memory_from_payload(h.payload) for h in store.retrieve(MEMORIES, [i.id for i in nodes])}
+    for item in nodes:
+        assert item.source_turn_ids == tuple(stored[item.id].source_turn_ids)
+        assert item.covers_turn_ids == tuple(stored[item.id].covers_turn_ids)
+    above = [i for i in nodes if i.level >= 3]
+    assert above and sum(len(i.source_turn_ids) for i in above) < sum(len(i.covers_turn_ids) for i in above)
+    for unit in (i for i, _ in result.items if i.kind == "unit"):
+        assert len(unit.source_turn_ids) == 1 and unit.covers_turn_ids == unit.source_turn_ids
 
 
 def test_a_time_intent_puts_items_inside_the_interval_first(store: VectorStore) -> None:

@@ -173,6 +173,7 @@ def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
         end=None,
         recorded_at=unit.ts,
         source_turn_ids=(unit.turn_id,),
+        covers_turn_ids=(unit.turn_id,),
         dense=score,
         session_id=unit.session_id,
     )
@@ -188,6 +189,7 @@ def item_of(memory: Memory, score: float) -> rank.Item:
         end=memory.end,
         recorded_at=memory.recorded_at,
         source_turn_ids=tuple(memory.source_turn_ids),
+        covers_turn_ids=tuple(memory.covers_turn_ids),
         parent_id=memory.parent_id,
         children=tuple(memory.children),
         current=memory.current,

@@ -89,12 +89,13 @@ class Item:
     start: datetime  # aware; the time it is about
     end: datetime | None  # exclusive; None = still holds
     recorded_at: datetime
-    source_turn_ids: tuple[str, ...]
+    source_turn_ids: tuple[str, ...]  # the turns its text carries: what recall credits
     parent_id: str | None = None
     children: tuple[str, ...] = ()
     current: bool = True  # False: a superseded fact, kept for history
     dense: float = 0.0  # cosine to the query, filled by the caller
     session_id: str | None = None  # units: the dialogue session they were said in
+    covers_turn_ids: tuple[str, ...] = ()  # every turn beneath it (Memory.covers_turn_ids); units: their turn
 
 
 Scored = tuple[Item, float]
