@@ -29,9 +29,11 @@ USER = TURNS[0].key
 NOW = max(t.ts for t in TURNS if t.key == USER)
 
 
-def ask(store: VectorStore, query: str, budget: int = 500) -> Recalled:
+def ask(store: VectorStore, query: str, budget: int = 500, levels: list[int] | None = None) -> Recalled:
     now = NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
-    return recall(store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget)
+    return recall(
+        store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget, levels=levels
+    )
 
 
 def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore) -> None:
@@ -47,8 +49,14 @@ def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore)
     assert "[" in result.context and "20" in result.context  # every line is dated
 
 
-def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: VectorStore) -> None:
+def test_by_default_only_leaves_and_no_phatic_units_are_returned(store: VectorStore) -> None:
     result = ask(store, "Summarise how my last months went and why", budget=3000)
+    assert result.items and {i.level for i, _ in result.items} == {rank.LEAF_LEVEL}
+    assert not any(rank.phatic(i) for i, _ in result.items)
+
+
+def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: VectorStore) -> None:
+    result = ask(store, "Summarise how my last months went and why", budget=3000, levels=[1, 2, 3, 4, 5])
     assert result.complexity == "complex"
     levels = [i.level for i, _ in result.items]
     assert levels == sorted(levels, reverse=True)
