@@ -64,7 +64,7 @@ def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: Vecto
 
 
 def test_recall_items_credit_the_turns_their_text_carries_not_their_subtree(store: VectorStore) -> None:
-    result = ask(store, "Summarise how my last months went and why", budget=3000)
+    result = ask(store, "Summarise how my last months went and why", budget=3000, levels=[1, 2, 3, 4, 5])
     nodes = [i for i, _ in result.items if i.kind != "unit"]
     stored = {h.id: memory_from_payload(h.payload) for h in store.retrieve(MEMORIES, [i.id for i in nodes])}
     for item in nodes:
