@@ -344,19 +344,19 @@ def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None 
     )
 
 
-def _format_date(d: date) -> str:
+def format_date(d: date) -> str:
     return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
 
 
 def _date_span(item: Item, zone: ZoneInfo) -> str:
     first = item.start.astimezone(zone).date()
     if item.end is None or item.end <= item.start:
-        return _format_date(first)
+        return format_date(first)
     # end is exclusive: a week [1 May 00:00, 8 May 00:00) is "1 May – 7 May".
     last = (item.end - timedelta(microseconds=1)).astimezone(zone).date()
     if last <= first:
-        return _format_date(first)
-    return f"{_format_date(first)} – {_format_date(last)}"
+        return format_date(first)
+    return f"{format_date(first)} – {format_date(last)}"
 
 
 def _event_date(start: datetime, granularity: str, zone: ZoneInfo) -> str:
@@ -366,8 +366,8 @@ def _event_date(start: datetime, granularity: str, zone: ZoneInfo) -> str:
     if granularity in ("month", "season"):
         return f"{_MONTHS[d.month - 1]} {d.year}"
     if granularity in ("week", "weekend"):
-        return f"week of {_format_date(d)}"
-    return _format_date(d)
+        return f"week of {format_date(d)}"
+    return format_date(d)
 
 
 def _event_note(item: Item, zone: ZoneInfo) -> str:
