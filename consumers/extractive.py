@@ -39,12 +39,14 @@ __all__ = [
     "Claim",
     "ExtractiveWriter",
     "Sentence",
+    "Statement",
     "anchor",
     "centrality",
     "classify",
     "durative",
     "episodes",
     "facts",
+    "is_phatic",
     "is_question",
     "is_trivial",
     "narrate",
@@ -53,14 +55,17 @@ __all__ = [
     "render",
     "render_date",
     "render_interval",
+    "render_statement",
     "sentences",
     "split_sentences",
     "summary",
 ]
 
-WRITER_NAME = "extractive@2"  # 2: provenance names the quoted turns only
+WRITER_NAME = "extractive@3"  # 2: provenance names the quoted turns only; 3: facts, profiles,
+# topics and personas are dated third-person statements, episodes grouped by speaker without small talk
 
 # --- tunables -----------------------------------------------------------------------------------------
+PHATIC_WORDS = 3  # a sentence with no claim, name, number or time and this few content words names nothing
 MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")
 EPISODE_GAP = timedelta(days=7)  # units further apart than this belong to different episodes
 MAX_EPISODES = 3
@@ -68,12 +73,12 @@ EPISODE_SENTENCES = 6
 EPISODE_WORDS = 120
 MERGED_MAX_CHARS = 1_500  # a merged episode stops growing here (its newest least central sentences go)
 MAX_FACTS = 12
-OBJECT_WORDS = 12  # a triple's object is a short phrase, not the rest of the sentence
+OBJECT_WORDS = 8  # a triple's object is a short phrase, not the rest of the sentence
 SUMMARY_SENTENCES = {MemoryKind.SESSION: 5, MemoryKind.DAY: 5, MemoryKind.WEEK: 6}
 DEFAULT_SUMMARY_SENTENCES = 5
-PROFILE_LINES = 10
-TOPIC_SENTENCES = 3
-PERSONA_SENTENCES = 5
+PROFILE_STATEMENTS = 8  # per person
+TOPIC_STATEMENTS = 3
+PERSONA_STATEMENTS = 5
 # Centrality is weighted up for sentences that say something about the speaker or name a time:
 # without it, chat reactions ("Wow, what an amazing family pic!") win on shared vocabulary alone.
 CLAIM_BONUS = 1.0
@@ -112,6 +117,7 @@ class Sentence:
     position: int  # index within its source
     events: tuple[EventTime, ...] = ()  # the resolved time expressions it contains
     turn_ids: tuple[str, ...] = ()  # the turns it quotes
+    item: bool = False  # a statement of a "Subject — ...; ..." line ("loves dancing (since May 2023)")
 
     @property
     def order(self) -> tuple[datetime, int, int]:
@@ -243,8 +249,17 @@ def _memory_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Senten
     out: list[Sentence] = []
     for line in source.text.splitlines():
         line = _HEADER.sub("", line.strip(), count=1) if _is_header(line) else line.strip()
+        listed = _STATEMENT_LINE.match(line)
+        if listed:  # "Caroline — loves dancing (since May 2023); ...": one sentence per statement
+            ts = source.ts.astimezone(zone)
+            for item in _items(listed["items"]):
+                out.append(
+                    Sentence(item, item, listed["subject"], ts, False, source.id, index, len(out), item=True)
+                )
+            continue
+        speaker: str | None = None  # a narrative names a speaker when it changes, within a line
         for piece in split_sentences(line, labelled=True):
-            speaker, body = None, piece
+            body = piece
             m = _RENDERED.match(piece)
             if m:
                 day = (_parse_day(m["day"]) or day) if m["day"] else day
@@ -252,6 +267,23 @@ def _memory_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Senten
             ts = datetime.combine(day, time(), zone) if day else source.ts.astimezone(zone)
             out.append(Sentence(body, body, speaker, ts, day is not None, source.id, index, len(out)))
     return _attributed(out, source)
+
+
+# "Subject — statement; statement": how profiles, topics and personas list what a person said.
+_STATEMENT_LINE = re.compile(r"^(?P<subject>[^\s—:][^—:\n]{0,79}?) — (?P<items>\S.*)$")
+
+
+def _items(listed: str) -> list[str]:
+    """The statements of a line, split at the "; " outside parentheses."""
+    out: list[str] = []
+    depth, begin = 0, 0
+    for i, char in enumerate(listed):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and listed.startswith("; ", i):
+            out.append(listed[begin:i])
+            begin = i + 2
+    out.append(listed[begin:])
+    return [item.strip() for item in out if item.strip()]
 
 
 def _attributed(parsed: list[Sentence], source: Source) -> list[Sentence]:
@@ -427,14 +459,29 @@ def render(s: Sentence, zone: ZoneInfo, *, with_day: bool = True) -> str:
 
 
 def narrate(chosen: Sequence[Sentence], zone: ZoneInfo) -> str:
-    """The sentences as one paragraph, naming the date only when it changes."""
-    out: list[str] = []
-    previous: str | None = None
+    """The sentences as one paragraph, grouped by day and within a day by speaker (in the order they
+    first spoke), naming the date and the speaker only when they change."""
+    groups: dict[tuple[str | None, str | None], list[Sentence]] = {}
     for s in chosen:
-        day = render_date(s.ts, zone) if s.dated else None
-        out.append(render(s, zone, with_day=day is not None and day != previous))
-        previous = day or previous
+        groups.setdefault((render_date(s.ts, zone) if s.dated else None, s.speaker), []).append(s)
+    out: list[str] = []
+    previous: tuple[str | None, str | None] = (None, None)
+    for (day, speaker), said in sorted(groups.items(), key=lambda g: _first_day(g[1], groups)):
+        for s in said:
+            new_day = day is not None and day != previous[0]
+            label = f"{speaker}: " if speaker and (new_day or speaker != previous[1]) else ""
+            out.append((f"On {day}, " if new_day else "") + label + _terminated(s.anchored))
+            previous = (day or previous[0], speaker)
     return " ".join(out)
+
+
+def _first_day(
+    said: list[Sentence], groups: dict[tuple[str | None, str | None], list[Sentence]]
+) -> tuple[tuple[datetime, int, int], tuple[datetime, int, int]]:
+    """A group's place: its day's first sentence, then its own first sentence."""
+    day = next(key[0] for key, group in groups.items() if group is said)
+    opening = min(s.order for key, group in groups.items() if key[0] == day for s in group)
+    return opening, said[0].order
 
 
 # --- centrality ---------------------------------------------------------------------------------------
@@ -468,11 +515,32 @@ def rank(pool: Sequence[Sentence]) -> list[Sentence]:
     return [s for _, s in sorted(zip(scores, pool, strict=True), key=lambda p: (-p[0], p[1].order))]
 
 
+def is_phatic(text: str) -> bool:
+    """Small talk that names nothing: trivial, or no claim about the speaker, no time, no name or
+    number, and at most PHATIC_WORDS content words ("Let's plan something special!", "It means a
+    lot to share this with you")."""
+    if is_trivial(text):
+        return True
+    plain = _plain(text)
+    if classify(plain) is not None or extract_event_times(
+        plain, datetime(2000, 1, 1, tzinfo=ZoneInfo("UTC"))
+    ):
+        return False
+    words = _WORD.findall(plain)
+    if any(w[0].isdigit() or (i > 0 and w[0].isupper() and not _is_i(w)) for i, w in enumerate(words)):
+        return False
+    stems = (w.lower().replace("’", "'").split("'")[0] for w in words)  # "it's" -> "it"
+    content = [w for w in stems if w not in ENGLISH_STOP_WORDS and len(w) > 2]
+    return len(content) <= PHATIC_WORDS
+
+
 def _informative(pool: Sequence[Sentence]) -> list[Sentence]:
-    """The best non-empty tier of ``pool``: statements, else questions, else small talk."""
+    """The best non-empty tier of ``pool``: statements that name something, else any statement,
+    else questions, else small talk."""
     substantial = [s for s in pool if not is_trivial(s.text)]
     statements = [s for s in substantial if not is_question(s.text)]
-    return statements or substantial or list(pool)
+    named = [s for s in statements if not is_phatic(s.text)]
+    return named or statements or substantial or list(pool)
 
 
 def _select(
@@ -683,6 +751,8 @@ def _plan(m: re.Match[str]) -> tuple[str, str]:
     verb = _collapse(m["verb"])
     if verb == "going to" and re.match(r"(?:the|a|an|my|our|his|her|their)\b", m["obj"], re.I):
         return "is going to", m["obj"]  # a place, not a plan to do something
+    if _PLANS[verb] == "plans to" and re.match(r"[a-z]+ing\b", m["obj"], re.I):
+        return "plans on", m["obj"]  # "thinking about going camping": plans on going camping
     return _PLANS[verb], m["obj"]
 
 
@@ -858,21 +928,48 @@ _RULES = (
 )
 _STARTS = re.compile(r"\b(?:i|we|my)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(
-    r"[,;:!?()\[\]\"“”]|\.(?!\d)|\s[-–—]|[-–—]\s|\s(?:but|because|'cause|cause|which|who|since|although|though|"
-    r"while|when|whereas|until|unless)\s|\s(?:and|so|but|then)\s+(?:i|it|we|they|he|she|you|that|this|there|"
-    r"my|[a-z]+ed)\b",
+    r"[,;:!?()\[\]\"“”→]|\.(?!\d)|\s[-–—]|[-–—]\s|\s(?:but|because|'cause|cause|which|who|since|although|though|"
+    r"while|when|whereas|until|unless)\s|\s(?:and|so|but|then|that|after|before|if|as|where|what|how|why|"
+    r"whether)\s+(?:i|i'm|i've|i'd|i'll|it|it's|we|they|he|she|you|that|this|there|my|[a-z]+ed)\b",
     re.IGNORECASE,
+)
+# A third-person statement of a first-person object: one rule everywhere, "my own studio" -> "their
+# own studio". Second-person words name the other speaker, whom a statement cannot resolve.
+_FIRST_PERSON = {
+    "i": "they", "i'm": "they're", "i've": "they've", "i'd": "they'd", "i'll": "they'll", "me": "them",
+    "my": "their", "mine": "theirs", "myself": "themselves", "we": "they", "we're": "they're",
+    "we've": "they've", "us": "them", "our": "their", "ours": "theirs", "ourselves": "themselves",
+}  # fmt: skip
+_SECOND_PERSON = _words("you you're you've you'd you'll your yours yourself yourselves ya")
+# An object made only of these points at something the sentence does not name: "I painted this".
+_VAGUE = _words(
+    "this that these those it them him her one ones something anything everything nothing stuff thing "
+    "things lot lots some all both there here a an the so too more much again same kind sort way"
 )
 _LOOSE_ENDS = _words(
     "and or with to for of at in on the a an my our so too as really very just from by about"
 )
 
 
+_BE_FORMS = _words("is are was were")
+
+
+def _one_clause(phrase: str) -> str:
+    """``phrase`` up to an "and" that opens a new clause, one with its own verb: "a risotto and the
+    whole family loved it" -> "a risotto"; "peanuts and shellfish" stays whole."""
+    words = phrase.split()
+    for i, word in enumerate(words):
+        rest = [w.lower().strip(".!?'’") for w in words[i + 1 :]]
+        if word.lower() == "and" and any(w in _BE_FORMS or _is_past(w) for w in rest):
+            return " ".join(words[:i])
+    return phrase
+
+
 def _object(raw: str, expressions: Sequence[str]) -> str:
     """The object phrase: up to the end of its clause, without time expressions, at most OBJECT_WORDS
     words, loose function words trimmed; "" when nothing but function words is left."""
     cut = _CLAUSE_END.search(raw)
-    phrase = raw[: cut.start()] if cut else raw
+    phrase = _one_clause(raw[: cut.start()] if cut else raw)
     for expression in sorted(expressions, key=len, reverse=True):
         for m in reversed(_mentions(phrase, expression)):
             phrase = phrase[: m.start()] + phrase[m.end() :]
@@ -881,9 +978,12 @@ def _object(raw: str, expressions: Sequence[str]) -> str:
         words.pop()
     if not words or words[0].lower() in {"and", "or", "so", "then"}:
         return ""  # the verb had no object: "we bond and understand each other"
-    if all(w.lower().strip("'’") in ENGLISH_STOP_WORDS for w in words):
-        return ""
-    return " ".join(words)
+    bare = [w.lower().replace("’", "'").strip("'") for w in words]
+    if all(w in ENGLISH_STOP_WORDS for w in bare) or all(w in _VAGUE for w in bare):
+        return ""  # "I painted this", "I love it"
+    if any(w in _SECOND_PERSON for w in bare):
+        return ""  # "I love your painting": about the other speaker
+    return " ".join(_FIRST_PERSON.get(b, w) for w, b in zip(words, bare, strict=True))
 
 
 def classify(text: str, expressions: Sequence[str] = ()) -> Claim | None:
@@ -896,6 +996,8 @@ def classify(text: str, expressions: Sequence[str] = ()) -> Claim | None:
     for rule in _RULES:
         for pos in starts:
             m = rule.pattern.match(said, pos)
+            if m and rule.build is _relative and not _opens(said[:pos]):
+                continue  # "thankful for my friends" says nothing of who they are; "My kids are ..." does
             built = rule.build(m) if m else None
             if built is None:
                 continue
@@ -907,6 +1009,11 @@ def classify(text: str, expressions: Sequence[str] = ()) -> Claim | None:
                     fact_type = FactType.TIME_UPDATE  # "now I live in Boston"
                 return Claim(fact_type, predicate, obj)
     return None
+
+
+def _opens(prefix: str) -> bool:
+    """Nothing but interjections before this point: "Yeah, my kids ..." opens with "my kids"."""
+    return all(w.lower() in _INTERJECTIONS for w in _WORD.findall(prefix))
 
 
 def _has_subject(s: Sentence) -> bool:
@@ -949,7 +1056,7 @@ def _fact(s: Sentence, claim: Claim, zone: ZoneInfo, related: Sequence[Memory]) 
     triple = Triple(subject=s.speaker, predicate=claim.predicate, object=claim.object)
     bounded_past = event is not None and claim.fact_type is FactType.USER_EVENT and event.end <= s.ts
     return FactDraft(
-        sentence=render(s, zone),
+        sentence=render_statement(_statement(s, claim, zone)),
         triple=triple,
         fact_type=claim.fact_type,
         valid_from=(event.start if event else s.ts).astimezone(zone),
@@ -980,6 +1087,211 @@ def facts(
             seen.add(draft.triple.normalized())
             drafts.append(draft)
     return drafts
+
+
+# --- statements ---------------------------------------------------------------------------------------
+# Facts, profiles, topics and personas say what a person said as dated third-person statements built
+# from the claim's triple: "Caroline loves painting sunsets (since 8 May 2023)." Profiles, topics and
+# personas list them one line per person, "Caroline — loves painting sunsets (since 8 May 2023);
+# lives in New York → Boston (since the week of 29 May 2023)", each statement once, and read their
+# own lines back (``_STATEMENT_LINE``) to carry them forward.
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A claim about a person with the dates it was said."""
+
+    subject: str
+    predicate: str  # "" when read back from a line without a known single-valued predicate
+    object: str
+    when: str  # the label of its date: "8 May 2023", "the week of 29 May 2023", "2022"
+    said: date  # the day it was (last) said, for order
+    again: date | None  # a later day it was said again, with another date
+    state: bool  # it holds from then on (a preference or relation): "since ..."
+    turn_ids: tuple[str, ...]
+    before: tuple[str, ...] = ()  # older objects of its single-valued slot, oldest first
+
+    @property
+    def phrase(self) -> str:
+        return " ".join(p for p in (self.predicate, " → ".join([*self.before, self.object])) if p)
+
+    @property
+    def slot(self) -> str | None:
+        return _FAMILIES.get(_collapse(self.predicate))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Two statements with one key say the same thing (or fill the same single-valued slot)."""
+        return (_collapse(self.subject), f"slot {self.slot}" if self.slot else _collapse(self.phrase))
+
+    @property
+    def note(self) -> str:
+        again = f", again {_day(self.again)}" if self.again else ""
+        return f"{'since ' if self.state else ''}{self.when}{again}"
+
+    @property
+    def item(self) -> str:
+        return f"{self.phrase} ({self.note})"
+
+
+_STATES = frozenset({FactType.PREFERENCE, FactType.ENTITY_RELATION})
+_NOTED = re.compile(r"\(([^()]*\b\d{4}\b[^()]*)\)")  # an anchored date: "(the week of 29 May 2023)"
+_DAY_LABEL = re.compile(r"\b\d{1,2} [A-Z][a-z]+ \d{4}\b")
+_NOTE = re.compile(
+    r"^(?P<phrase>.*?)\s*\((?P<state>since )?(?P<when>[^()]*?)(?:, again (?P<latest>[^()]*))?\)\.?$"
+)
+
+
+def _statement(s: Sentence, claim: Claim, zone: ZoneInfo) -> Statement:
+    """What sentence ``s`` claims, dated by its first time expression (resolved, or as a memory
+    anchored it), else by the day it was said."""
+    assert s.speaker is not None
+    said = s.ts.astimezone(zone).date()
+    state = claim.fact_type in _STATES
+    noted = _NOTED.search(s.text) if not s.events else None
+    if state:  # a preference or relation holds from when it was said; a time in it dates something else
+        when = render_date(s.ts, zone)
+    else:
+        when = (
+            render_interval(s.events[0], zone) if s.events else noted[1] if noted else render_date(s.ts, zone)
+        )
+    return Statement(s.speaker, claim.predicate, claim.object, when, said, None, state, s.turn_ids)
+
+
+def render_statement(st: Statement) -> str:
+    """ "Caroline went to the LGBTQ support group (7 May 2023)." """
+    joint = "'s " if st.predicate.startswith("favourite") else " "
+    return f"{st.subject}{joint}{st.item}."
+
+
+def _read_statement(subject: str, text: str, ts: datetime, turn_ids: tuple[str, ...]) -> Statement | None:
+    """A statement as ``Statement.item`` wrote it (``text``), about ``subject``."""
+    m = _NOTE.match(text)
+    if m is None or not m["phrase"]:
+        return None
+    days = [d for d in (_parse_day(x) for x in _DAY_LABEL.findall(m["when"])) if d]
+    again = _parse_day(m["latest"]) if m["latest"] and _DAY_LABEL.fullmatch(m["latest"]) else None
+    said = again or (days[-1] if days else ts.date())
+    segments = m["phrase"].split(" → ")
+    predicate, head = "", segments[0]
+    for known in sorted(_FAMILIES, key=len, reverse=True):  # a single-valued slot: keep its predicate
+        if _collapse(head).startswith(f"{known} "):
+            predicate, head = head[: len(known)], head[len(known) + 1 :]
+            break
+    objects = [head, *segments[1:]]
+    return Statement(
+        subject, predicate, objects[-1], m["when"], said, again, bool(m["state"]), turn_ids,
+        tuple(objects[:-1]),
+    )  # fmt: skip
+
+
+def _statements(
+    pool: Iterable[Sentence], zone: ZoneInfo, keep: Callable[[FactType], bool]
+) -> list[Statement]:
+    """The statements of ``pool`` whose claim type ``keep`` accepts: read back from statement lines,
+    or built from a first-person sentence's claim."""
+    out: list[Statement] = []
+    for s in pool:
+        if s.item and s.speaker:
+            read = _read_statement(s.speaker, s.text, s.ts, s.turn_ids)
+            if read is not None and keep(_TYPE_OF_READ):
+                out.append(read)
+        elif _has_subject(s) and not is_trivial(s.text):
+            claim = _claim_of(s)
+            if claim is not None and keep(claim.fact_type):
+                out.append(_statement(s, claim, zone))
+    return out
+
+
+def _claim_of(s: Sentence) -> Claim | None:
+    """The claim of a sentence, its time expressions (a memory's are found again) left out."""
+    plain = _plain(s.text)
+    events = s.events or tuple(extract_event_times(plain, s.ts))
+    return classify(plain, [e.expression for e in events])
+
+
+# A statement read back from a line was kept there as a trait: it stays one.
+_TYPE_OF_READ = FactType.PREFERENCE
+
+
+def _fact_statement(source: Source, zone: ZoneInfo) -> Statement | None:
+    """A fact memory's statement, from its triple; its dates from the note its text ends with."""
+    if source.triple is None:
+        return None
+    t = source.triple
+    said = (source.start or source.ts).astimezone(zone)
+    m = _NOTE.match(source.text.strip())
+    state = source.fact_type in _STATES
+    if m is None:
+        day = said.date()
+        return Statement(t.subject, t.predicate, t.object, _day(day), day, None, state, source.turn_ids)
+    read = _read_statement(t.subject, f"x ({m['state'] or ''}{m['when']})", said, source.turn_ids)
+    assert read is not None
+    return replace(read, predicate=t.predicate, object=t.object, state=state)
+
+
+def _merged(statements: Iterable[Statement]) -> list[Statement]:
+    """Each statement once, oldest first: a repeat with another date keeps the first and notes the
+    latest ("again ..."); a new object in a single-valued slot replaces the old one, which stays
+    before it ("Lisbon → Porto")."""
+    by: dict[tuple[str, str], Statement] = {}
+    for st in sorted(statements, key=lambda st: st.said):
+        old = by.get(st.key)
+        turns = tuple(dict.fromkeys((*old.turn_ids, *st.turn_ids))) if old else st.turn_ids
+        if old is None:
+            by[st.key] = st
+        elif old.slot is not None and _collapse(old.object) != _collapse(st.object):
+            earlier = [*old.before, old.object, *st.before]
+            before = tuple(dict.fromkeys(o for o in earlier if _collapse(o) != _collapse(st.object)))
+            by[st.key] = replace(st, predicate=old.predicate, before=before, turn_ids=turns)
+        elif st.when != old.when and st.said > old.said:
+            again = max(st.said, old.again or st.said)
+            by[st.key] = replace(old, said=st.said, again=again, turn_ids=turns)
+        else:
+            by[st.key] = replace(old, turn_ids=turns)
+    return list(by.values())
+
+
+_LIKING = (*_LIKES.values(), "favourite", "is allergic", "is into", "is a fan", "is fan", "is keen")
+_KIND_ORDER = (  # how a person's line is grouped: likes, who they are and know, where, work, the rest
+    (*_LIKING, "is passionate", "is obsessed", "is crazy", "is afraid", "is scared", "is not"),
+    ("is ", "has "),
+    ("lives", "moved", "relocated", "grew up", "comes from", "is from"),
+    ("works", "started working", "studies", "volunteers", "graduated", "retired", "quit"),
+)
+
+
+def _group(st: Statement) -> int:
+    phrase = _collapse(st.phrase)
+    return next((i for i, starts in enumerate(_KIND_ORDER) if phrase.startswith(starts)), len(_KIND_ORDER))
+
+
+def _statement_lines(statements: Iterable[Statement], per_person: int) -> tuple[list[str], list[Statement]]:
+    """One "Subject — statement; ..." line per person (in the order they were first said), at most
+    ``per_person`` statements each (the most recently said), grouped by kind, then by date."""
+    merged = _merged(statements)
+    subjects = list(dict.fromkeys(_collapse(st.subject) for st in merged))
+    lines: list[str] = []
+    kept: list[Statement] = []
+    for subject in subjects:
+        mine = [st for st in merged if _collapse(st.subject) == subject]
+        recent = sorted(mine, key=lambda st: st.said, reverse=True)[:per_person]
+        chosen = sorted(recent, key=lambda st: (_group(st), st.said, _collapse(st.phrase)))
+        lines.append(f"{chosen[0].subject} — " + "; ".join(st.item for st in chosen))
+        kept += chosen
+    return lines, kept
+
+
+def _listed(
+    header: str, statements: Iterable[Statement], per_person: int, ts: datetime, zone: ZoneInfo
+) -> Written:
+    """``header`` over the statements' lines, naming the turns of the statements it keeps."""
+    lines, kept = _statement_lines(statements, per_person)
+    quoted = [
+        Sentence(st.item, st.item, st.subject, ts, False, "", 0, i, turn_ids=st.turn_ids, item=True)
+        for i, st in enumerate(kept)
+    ]
+    return _provenance("\n".join([header, *lines]), quoted, zone)
 
 
 # --- Temporal Memory Tree -----------------------------------------------------------------------------
@@ -1034,28 +1346,61 @@ def profile(
     children: Sequence[Source],
     previous: Source | None,
 ) -> Written:
-    """A "Profile as of May 2023:" header, then preference and identity statements, one a line, the month's
-    newest first, then the previous profile's lines; distinct, at most PROFILE_LINES."""
-    pool = sentences(children, scope.zone)
-    newest = sorted((s for s in pool if _is_trait(s)), key=lambda s: s.order, reverse=True)
-    kept = _memory_sentences(previous, 0, scope.zone) if previous is not None else []
-    chosen = _select([*newest, *kept], PROFILE_LINES) or rank(_informative(pool))[:1]
-    lines = [render(s, scope.zone) for s in chosen]
-    text = "\n".join([f"Profile as of {_last_month(start, end, scope.zone)}:", *lines])
-    return _provenance(text, chosen, scope.zone)
+    """A "Profile as of May 2023:" header, then one line per person of their traits (preferences,
+    identity, relations, places, work and the changes to them) as dated statements, each once, the
+    previous profile's carried forward; at most PROFILE_STATEMENTS a person, the most recent. With no
+    trait at all, the month's most central sentence, quoted."""
+    zone = scope.zone
+    header = f"Profile as of {_last_month(start, end, zone)}:"
+    pool = sentences(children, zone)
+    kept = _memory_sentences(previous, 0, zone) if previous is not None else []
+    traits = _statements([*kept, *pool], zone, lambda t: t in _TRAITS)
+    if traits:
+        return _listed(header, traits, PROFILE_STATEMENTS, end, zone)
+    chosen = rank(_informative(pool))[:1]
+    return _provenance("\n".join([header, *(render(s, zone) for s in chosen)]), chosen, zone)
 
 
 def durative(scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[Written, Written]:
-    """TSM durative memory of one cluster of facts: a topic summary (its TOPIC_SENTENCES
-    centroid-nearest sentences) and a persona summary (its preference and identity statements)."""
-    label = _month(month.astimezone(scope.zone).date())
-    ranked = rank(_informative(sentences(cluster, scope.zone)))
-    topic = _in_time_order(_select(ranked, TOPIC_SENTENCES))
-    persona = _in_time_order(_select((s for s in ranked if _is_trait(s)), PERSONA_SENTENCES) or ranked[:1])
+    """TSM durative memory of one cluster of facts, as statement lines: a topic (its TOPIC_STATEMENTS
+    most central statements) and a persona (its traits, at most PERSONA_STATEMENTS, else the most
+    central statement)."""
+    zone = scope.zone
+    label = _month(month.astimezone(zone).date())
+    typed: list[tuple[Statement, FactType]] = []
+    for source in _canonical(cluster):
+        fact = _fact_statement(source, zone)
+        if fact is not None:
+            typed.append((fact, source.fact_type or FactType.USER_EVENT))
+            continue
+        for s in sentences([source], zone):
+            claim = _claim_of(s) if _has_subject(s) and not is_trivial(s.text) else None
+            if claim is not None:
+                typed.append((_statement(s, claim, zone), claim.fact_type))
+    unique = {st.key: (st, t) for st, t in reversed(typed)}  # the first of each
+    ranked = _ranked_statements([st for st, _ in unique.values()])
+    traits = [st for st in ranked if unique[st.key][1] in _TRAITS]
+    if not ranked:  # nothing to state: the most central sentence, quoted
+        quoted = rank(_informative(sentences(cluster, zone)))[:1]
+        said = narrate(quoted, zone)
+        return (
+            _provenance(f"Topic in {label}: {said}".rstrip(), quoted, zone),
+            _provenance(f"Persona in {label}: {said}".rstrip(), quoted, zone),
+        )
+    end = month
     return (
-        _provenance(f"Topic in {label}: {narrate(topic, scope.zone)}".rstrip(), topic, scope.zone),
-        _provenance(f"Persona in {label}: {narrate(persona, scope.zone)}".rstrip(), persona, scope.zone),
+        _listed(f"Topic in {label}:", ranked[:TOPIC_STATEMENTS], TOPIC_STATEMENTS, end, zone),
+        _listed(
+            f"Persona in {label}:", traits[:PERSONA_STATEMENTS] or ranked[:1], PERSONA_STATEMENTS, end, zone
+        ),
     )
+
+
+def _ranked_statements(statements: Sequence[Statement]) -> list[Statement]:
+    """Most central first (TF-IDF over the statements), ties by date then subject and phrase."""
+    central = centrality([f"{st.subject} {st.phrase}" for st in statements])
+    order = sorted(zip(central, statements, strict=True), key=lambda p: (-p[0], p[1].said, p[1].key))
+    return [st for _, st in order]
 
 
 # --- the Writer ---------------------------------------------------------------------------------------

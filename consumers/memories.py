@@ -92,6 +92,8 @@ def memory_source(memory: Memory) -> Source:
         start=memory.start,
         end=memory.end,
         sentence_turn_ids=tuple(tuple(t) for t in memory.sentence_turn_ids),
+        triple=memory.triple,
+        fact_type=memory.fact_type,
     )
 
 

@@ -46,6 +46,8 @@ class Source:
     start: datetime | None = None  # a memory's interval
     end: datetime | None = None
     sentence_turn_ids: tuple[tuple[str, ...], ...] = ()  # a memory's, when known (Memory.sentence_turn_ids)
+    triple: Triple | None = None  # a fact's, so a writer restates it without parsing its text
+    fact_type: FactType | None = None
 
 
 @dataclass(frozen=True)
