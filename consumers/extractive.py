@@ -946,6 +946,8 @@ _VAGUE = _words(
     "this that these those it them him her one ones something anything everything nothing stuff thing "
     "things lot lots some all both there here a an the so too more much again same kind sort way"
 )
+_POINTERS = _words("this that these those it them")
+_PARTICLES = _words(_PARTICLE.replace("|", " ") + " after before during since while")
 _LOOSE_ENDS = _words(
     "and or with to for of at in on the a an my our so too as really very just from by about"
 )
@@ -981,6 +983,8 @@ def _object(raw: str, expressions: Sequence[str]) -> str:
     bare = [w.lower().replace("’", "'").strip("'") for w in words]
     if all(w in ENGLISH_STOP_WORDS for w in bare) or all(w in _VAGUE for w in bare):
         return ""  # "I painted this", "I love it"
+    if bare[0] in _POINTERS and (len(bare) == 1 or bare[1] in _LOOSE_ENDS or bare[1] in _PARTICLES):
+        return ""  # "this after the storm": a pronoun, not "that lake sunrise"
     if any(w in _SECOND_PERSON for w in bare):
         return ""  # "I love your painting": about the other speaker
     return " ".join(_FIRST_PERSON.get(b, w) for w, b in zip(words, bare, strict=True))
