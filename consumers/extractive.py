@@ -515,6 +515,9 @@ def rank(pool: Sequence[Sentence]) -> list[Sentence]:
     return [s for _, s in sorted(zip(scores, pool, strict=True), key=lambda p: (-p[0], p[1].order))]
 
 
+_VOCATIVE = re.compile(r",\s*[A-Z][\w'’-]*(?=\s*[,.!?]|$)")  # "Wow, Caroline, ...": an address, not a name
+
+
 def is_phatic(text: str) -> bool:
     """Small talk that names nothing: trivial, or no claim about the speaker, no time, no name or
     number, and at most PHATIC_WORDS content words ("Let's plan something special!", "It means a
@@ -526,11 +529,11 @@ def is_phatic(text: str) -> bool:
         plain, datetime(2000, 1, 1, tzinfo=ZoneInfo("UTC"))
     ):
         return False
-    words = _WORD.findall(plain)
+    words = _WORD.findall(_VOCATIVE.sub("", plain))
     if any(w[0].isdigit() or (i > 0 and w[0].isupper() and not _is_i(w)) for i, w in enumerate(words)):
         return False
     stems = (w.lower().replace("’", "'").split("'")[0] for w in words)  # "it's" -> "it"
-    content = [w for w in stems if w not in ENGLISH_STOP_WORDS and len(w) > 2]
+    content = [w for w in stems if w not in ENGLISH_STOP_WORDS and w not in _INTERJECTIONS and len(w) > 2]
     return len(content) <= PHATIC_WORDS
 
 
@@ -929,7 +932,7 @@ _RULES = (
 _STARTS = re.compile(r"\b(?:i|we|my)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(
     r"[,;:!?()\[\]\"“”→]|\.(?!\d)|\s[-–—]|[-–—]\s|\s(?:but|because|'cause|cause|which|who|since|although|though|"
-    r"while|when|whereas|until|unless)\s|\s(?:and|so|but|then|that|after|before|if|as|where|what|how|why|"
+    r"while|when|whereas|until|unless|so)\s|\s(?:and|so|but|then|that|after|before|if|as|where|what|how|why|"
     r"whether)\s+(?:i|i'm|i've|i'd|i'll|it|it's|we|they|he|she|you|that|this|there|my|[a-z]+ed)\b",
     re.IGNORECASE,
 )
@@ -963,6 +966,8 @@ def _one_clause(phrase: str) -> str:
     for i, word in enumerate(words):
         rest = [w.lower().strip(".!?'’") for w in words[i + 1 :]]
         if word.lower() == "and" and any(w in _BE_FORMS or _is_past(w) for w in rest):
+            return " ".join(words[:i])
+        if i > 0 and word.lower() in _BE_FORMS:  # "helping create a loving world is amazing"
             return " ".join(words[:i])
     return phrase
 
@@ -1270,10 +1275,24 @@ def _group(st: Statement) -> int:
     return next((i for i, starts in enumerate(_KIND_ORDER) if phrase.startswith(starts)), len(_KIND_ORDER))
 
 
+def _restates(st: Statement, other: Statement) -> bool:
+    """``other`` says all ``st`` says and more: "plans to make their dreams come true" within "plans
+    to keep pushing and make their dreams come true"."""
+    if other is st or _collapse(st.subject) != _collapse(other.subject) or st.slot or other.slot:
+        return False
+    mine, theirs = _collapse(st.object), _collapse(other.object)
+    return (
+        _collapse(st.predicate) == _collapse(other.predicate)
+        and mine != theirs
+        and f" {mine} " in f" {theirs} "
+    )
+
+
 def _statement_lines(statements: Iterable[Statement], per_person: int) -> tuple[list[str], list[Statement]]:
     """One "Subject — statement; ..." line per person (in the order they were first said), at most
     ``per_person`` statements each (the most recently said), grouped by kind, then by date."""
     merged = _merged(statements)
+    merged = [st for st in merged if not any(_restates(st, other) for other in merged)]
     subjects = list(dict.fromkeys(_collapse(st.subject) for st in merged))
     lines: list[str] = []
     kept: list[Statement] = []

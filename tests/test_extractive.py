@@ -486,6 +486,12 @@ def test_classify_ignores_what_says_nothing_about_the_speaker(text: str) -> None
         ("I love running my own studio.", "loves", "running their own studio"),  # third person
         ("I love the book that my mom gave me.", "loves", "the book"),
         ("We're allergic to peanuts and shellfish.", "is allergic to", "peanuts and shellfish"),
+        (
+            "I'm passionate about dance and fashion so combining them is fun.",
+            "is passionate about",
+            "dance and fashion",
+        ),
+        ("I'm helping build a kinder world is the goal.", "is helping", "build a kinder world"),
     ],
 )
 def test_objects_are_one_clean_third_person_phrase(text: str, predicate: str, obj: str) -> None:
@@ -499,6 +505,7 @@ def test_objects_are_one_clean_third_person_phrase(text: str, predicate: str, ob
         ("Let's plan something special!", True),
         ("It means a lot to share this with you.", True),
         ("Life's tough but it's worth it.", True),
+        ("Wow, Caroline, that painting is awesome!", True),  # an address, not a name
         ("Thanks, Caroline!", True),
         ("I went to a support group.", False),  # a claim
         ("The support group meets at the community centre downtown.", False),  # names things
@@ -708,6 +715,21 @@ def test_profile_notes_a_statement_said_again_on_another_day() -> None:
         "loves dancing with their friends (since 8 May 2023, again 9 June 2023)"
     )
     assert written.sentence_turn_ids == (("b",), ("a", "c"))
+
+
+def test_a_statement_another_says_in_full_is_dropped() -> None:
+    plans = [
+        unit("a", MON, ("Jon", "I'm gonna make my dreams come true.")),
+        unit(
+            "b", MON + timedelta(minutes=1), ("Jon", "I'm gonna keep pushing and make my dreams come true.")
+        ),
+    ]
+    [topic, _] = durative(SCOPE, MON, plans)
+    assert (
+        topic.text
+        == "Topic in May 2023:\nJon — plans to keep pushing and make their dreams come true (8 May 2023)"
+    )
+    assert topic.turn_ids == ("b",)
 
 
 def test_profile_is_capped_per_person_and_falls_back_to_the_most_central_sentence() -> None:
