@@ -207,6 +207,17 @@ CHITCHAT = [
     ("I watched a documentary about octopuses.", "Octopuses are remarkable animals."),
     ("What a day.", "Sounds like a lot. Want to talk about it?"),
 ]
+# the assistant's second sentence: what keeps one week's exchange from repeating another's verbatim
+ASIDES = [
+    "How are you feeling about it?",
+    "Tell me how it goes.",
+    "What's next on your list?",
+    "Anything I can help you plan?",
+    "That's worth noting down.",
+    "One thing at a time.",
+    "Is that what you expected?",
+    "Let me know if you want ideas.",
+]
 FOLLOW_UPS = [
     ("Any other tips?", "Take it one step at a time and write down what works."),
     ("Does that sound reasonable to you?", "It sounds reasonable, yes."),
@@ -370,6 +381,7 @@ def generate(
                     if text in said_before or rng.random() < 0.15:  # no one says the same thing twice
                         text, reply = _chat(p, topic, said, rng)
                     said_before.add(text)
+                    reply = f"{reply} {rng.choice(ASIDES)}"
                     yield Turn(
                         tenant=tenant,
                         user_id=p.user_id,
