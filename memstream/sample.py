@@ -253,7 +253,7 @@ def _moving(p: Persona, said: date, rng: random.Random) -> tuple[str, str]:
     """The move, as it stands on ``said``: a plan, the days around it, or settled in."""
     old, new, day = p.home, p.new_home, p.move_day
     to_move = (day - said).days
-    if to_move > 21:
+    if to_move > 14:
         lines = [
             f"I live in {old}, in a small flat near {CITIES[old]}, and the rent went up again.",
             f"We're thinking about moving to {new}; my partner has a job offer there.",
