@@ -10,6 +10,10 @@ followed by what it resolves to, so no bare "yesterday" survives:
 Memory sources (children that are sessions or days, a previous profile, facts) are already written
 this way: their sentences are parsed back into date, speaker and text, never re-anchored.
 
+Provenance is exact: every sentence knows the turns it quotes (a unit's sentence its turn; a
+memory's sentence the turns its ``sentence_turn_ids`` give it), and every output names the turns
+of the sentences it quotes, whole and per sentence (``_provenance``), never the rest of its sources.
+
 The module is a functional core -- plain data in, plain data out, the same inputs give the same
 text -- with ``ExtractiveWriter`` a thin async shell implementing ``consumers.writer.Writer``.
 """
@@ -18,14 +22,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
 
-from consumers.writer import EpisodeDraft, FactDraft, Scope, Source
+from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
 from memstream.semantic_time import extract_event_times
 from schemas.events import EventTime, Granularity
 from schemas.memory import FactType, Memory, MemoryKind, Triple
@@ -54,7 +58,7 @@ __all__ = [
     "summary",
 ]
 
-WRITER_NAME = "extractive@1"
+WRITER_NAME = "extractive@2"  # 2: provenance names the quoted turns only
 
 # --- tunables -----------------------------------------------------------------------------------------
 MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")
@@ -107,6 +111,7 @@ class Sentence:
     source: int  # index of its source in time order
     position: int  # index within its source
     events: tuple[EventTime, ...] = ()  # the resolved time expressions it contains
+    turn_ids: tuple[str, ...] = ()  # the turns it quotes
 
     @property
     def order(self) -> tuple[datetime, int, int]:
@@ -225,6 +230,7 @@ def _unit_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Sentence
                     source=index,
                     position=len(out),
                     events=events,
+                    turn_ids=source.turn_ids,
                 )
             )
     return out
@@ -245,7 +251,30 @@ def _memory_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Senten
                 speaker, body = m["speaker"], m["body"]
             ts = datetime.combine(day, time(), zone) if day else source.ts.astimezone(zone)
             out.append(Sentence(body, body, speaker, ts, day is not None, source.id, index, len(out)))
-    return out
+    return _attributed(out, source)
+
+
+def _attributed(parsed: list[Sentence], source: Source) -> list[Sentence]:
+    """Each of a memory's sentences with the turns it quotes: from the memory's sentence map when it
+    matches the parse (written by this module), else every turn the memory's text carries."""
+    per = source.sentence_turn_ids
+    if len(per) != len(parsed):
+        per = (source.turn_ids,) * len(parsed)
+    return [replace(s, turn_ids=turns) for s, turns in zip(parsed, per, strict=True)]
+
+
+def _provenance(text: str, quoted: Sequence[Sentence], zone: ZoneInfo) -> Written:
+    """``text`` with the turns it carries, whole and per sentence as ``_memory_sentences`` will read
+    it back: a sentence takes the turns of the quoted sentence it renders; one the parse cuts
+    differently (rare) takes the turns of every quoted sentence."""
+    if not quoted:
+        return Written(text, ())
+    carried = tuple(dict.fromkeys(t for s in quoted for t in s.turn_ids))
+    turns_of: dict[tuple[str, str], tuple[str, ...]] = {}
+    for s in quoted:
+        turns_of[_key(s)] = tuple(dict.fromkeys((*turns_of.get(_key(s), ()), *s.turn_ids)))
+    written = _memory_sentences(Source(id="", ts=quoted[0].ts, text=text, turn_ids=()), 0, zone)
+    return Written(text, carried, tuple(turns_of.get(_key(s), carried) for s in written))
 
 
 def _is_header(line: str) -> bool:
@@ -501,15 +530,28 @@ def _episode(group: Sequence[Source], zone: ZoneInfo) -> EpisodeDraft | None:
     pool = sentences(group, zone)
     if not pool:
         return None
-    chosen = _select(rank(_informative(pool)), EPISODE_SENTENCES, EPISODE_WORDS)
+    chosen = _in_time_order(_select(rank(_informative(pool)), EPISODE_SENTENCES, EPISODE_WORDS))
     start, end = _span(group, zone)
-    return EpisodeDraft(narrate(_in_time_order(chosen), zone), start, end, tuple(u.id for u in group))
+    written = _provenance(narrate(chosen, zone), chosen, zone)
+    return EpisodeDraft(
+        text=written.text,
+        start=start,
+        end=end,
+        source_ids=_quoted_units(chosen),
+        covers_ids=tuple(u.id for u in group),
+        sentence_turn_ids=written.sentence_turn_ids,
+    )
+
+
+def _quoted_units(chosen: Iterable[Sentence]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s.source_id for s in chosen))
 
 
 def _merge(units: Sequence[Source], existing: Source, zone: ZoneInfo) -> EpisodeDraft:
     """``existing`` followed by the units' most central sentences it does not already hold, as many
     as fit in MERGED_MAX_CHARS (at least one, so the new units are always represented)."""
-    said = frozenset(_key(s) for s in _memory_sentences(existing, 0, zone))
+    kept = _memory_sentences(existing, 0, zone)
+    said = frozenset(_key(s) for s in kept)
     base = existing.text.rstrip()
     chosen: list[Sentence] = []
     for s in _select(rank(_informative(sentences(units, zone))), EPISODE_SENTENCES, skip=said):
@@ -525,7 +567,9 @@ def _merge(units: Sequence[Source], existing: Source, zone: ZoneInfo) -> Episode
         text=text,
         start=min(start, before.astimezone(zone)),
         end=max(end, after.astimezone(zone)),
-        source_ids=tuple(u.id for u in units),
+        source_ids=_quoted_units(chosen),
+        covers_ids=tuple(u.id for u in units),
+        sentence_turn_ids=_provenance(text, [*kept, *chosen], zone).sentence_turn_ids,
     )
 
 
@@ -920,7 +964,7 @@ def facts(
 ) -> list[FactDraft]:
     """First-person statements of the episode's units as time-scoped triples, most central first,
     at most MAX_FACTS; none equivalent to a ``related`` fact or to one another."""
-    covered = set(episode.source_ids)
+    covered = set(episode.covers_ids)
     mine = [u for u in units if u.id in covered] or list(units)
     pool = [s for s in sentences(mine, scope.zone) if _has_subject(s) and not is_trivial(s.text)]
     seen = {m.triple.normalized() for m in related if m.triple is not None}
@@ -964,7 +1008,7 @@ def summary(
     end: datetime,
     children: Sequence[Source],
     history: Sequence[Source],
-) -> str:
+) -> Written:
     """A header line, then the children's centroid-nearest sentences in time order, leaving out what
     the most recent ``history`` summary already says (unless nothing else is left)."""
     pool = sentences(children, scope.zone)
@@ -973,8 +1017,9 @@ def summary(
     said = frozenset(_key(s) for s in sentences(latest, scope.zone))
     ranked = rank(_informative(pool))
     limit = SUMMARY_SENTENCES.get(kind, DEFAULT_SUMMARY_SENTENCES)
-    chosen = _select(ranked, limit, skip=said) or _select(ranked, limit)
-    return f"{header}\n{narrate(_in_time_order(chosen), scope.zone)}" if chosen else header
+    chosen = _in_time_order(_select(ranked, limit, skip=said) or _select(ranked, limit))
+    text = f"{header}\n{narrate(chosen, scope.zone)}" if chosen else header
+    return _provenance(text, chosen, scope.zone)
 
 
 def _last_month(start: datetime, end: datetime, zone: ZoneInfo) -> str:
@@ -988,28 +1033,28 @@ def profile(
     end: datetime,
     children: Sequence[Source],
     previous: Source | None,
-) -> str:
+) -> Written:
     """A "Profile as of May 2023:" header, then preference and identity statements, one a line, the month's
     newest first, then the previous profile's lines; distinct, at most PROFILE_LINES."""
     pool = sentences(children, scope.zone)
     newest = sorted((s for s in pool if _is_trait(s)), key=lambda s: s.order, reverse=True)
     kept = _memory_sentences(previous, 0, scope.zone) if previous is not None else []
-    lines = [render(s, scope.zone) for s in _select([*newest, *kept], PROFILE_LINES)]
-    if not lines:
-        lines = [render(s, scope.zone) for s in rank(_informative(pool))[:1]]
-    return "\n".join([f"Profile as of {_last_month(start, end, scope.zone)}:", *lines])
+    chosen = _select([*newest, *kept], PROFILE_LINES) or rank(_informative(pool))[:1]
+    lines = [render(s, scope.zone) for s in chosen]
+    text = "\n".join([f"Profile as of {_last_month(start, end, scope.zone)}:", *lines])
+    return _provenance(text, chosen, scope.zone)
 
 
-def durative(scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[str, str]:
+def durative(scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[Written, Written]:
     """TSM durative memory of one cluster of facts: a topic summary (its TOPIC_SENTENCES
     centroid-nearest sentences) and a persona summary (its preference and identity statements)."""
     label = _month(month.astimezone(scope.zone).date())
     ranked = rank(_informative(sentences(cluster, scope.zone)))
-    topic = _select(ranked, TOPIC_SENTENCES)
-    persona = _select((s for s in ranked if _is_trait(s)), PERSONA_SENTENCES) or ranked[:1]
+    topic = _in_time_order(_select(ranked, TOPIC_SENTENCES))
+    persona = _in_time_order(_select((s for s in ranked if _is_trait(s)), PERSONA_SENTENCES) or ranked[:1])
     return (
-        f"Topic in {label}: {narrate(_in_time_order(topic), scope.zone)}".rstrip(),
-        f"Persona in {label}: {narrate(_in_time_order(persona), scope.zone)}".rstrip(),
+        _provenance(f"Topic in {label}: {narrate(topic, scope.zone)}".rstrip(), topic, scope.zone),
+        _provenance(f"Persona in {label}: {narrate(persona, scope.zone)}".rstrip(), persona, scope.zone),
     )
 
 
@@ -1043,7 +1088,7 @@ class ExtractiveWriter:
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
-    ) -> str:
+    ) -> Written:
         return summary(scope, kind, start, end, children, history)
 
     async def profile(
@@ -1053,8 +1098,10 @@ class ExtractiveWriter:
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
-    ) -> str:
+    ) -> Written:
         return profile(scope, start, end, children, previous)
 
-    async def durative(self, scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[str, str]:
+    async def durative(
+        self, scope: Scope, month: datetime, cluster: Sequence[Source]
+    ) -> tuple[Written, Written]:
         return durative(scope, month, cluster)

@@ -2,8 +2,12 @@
 
 Each method renders its sources as dated, id-tagged lines inside the prompt's data fence, calls
 one stage (``episodes``, ``facts``, ``summary``, ``profile``, ``durative``), and turns the parsed
-answer into drafts. Ids the model invents are dropped (provenance only names real sources);
-dates it gives are read in the user's zone and kept inside the sources' time span.
+answer into drafts. Every answer cites the ids of the sources whose content it states: those
+are its provenance (a cited unit gives its turn, a cited memory the turns its own text carries).
+Ids the model invents are dropped, so provenance only names real sources. When it cites no real
+source, the memory states no turns (``source_turn_ids`` empty: recall credits it with nothing)
+while it still covers every source it was written from; guessing would credit turns it may not
+carry. Dates the model gives are read in the user's zone and kept inside the sources' time span.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from consumers.writer import EpisodeDraft, FactDraft, Scope, Source
+from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
 from memstream.llm import LLMClient
 from memstream.prompts import DURATIVE, EPISODES, FACTS, LEVEL_INSTRUCTIONS, MERGE, PROFILE, SUMMARY, Prompt
 from schemas.memory import Memory, MemoryKind, Triple
@@ -55,14 +59,15 @@ class LLMWriter:
                 existing_dates=_period(merge_into.start or merge_into.ts, merge_into.end, scope),
             )
             answers = out.episodes[:1]
-        known = {u.id for u in units}
         lo, hi = _span(units, merge_into)
         drafts = []
         for ep in answers:
-            ids = tuple(i for i in ep.unit_ids if i in known) or tuple(u.id for u in units)
+            ids = tuple(_cited(ep.unit_ids, units))
             start = _clamp(_parse(ep.start, scope, lo), lo, hi)
             end = max(start, _clamp(_parse(ep.end, scope, hi, end=True), lo, hi))
-            drafts.append(EpisodeDraft(ep.text.strip(), start, end, ids))
+            # One episode was written from all the units; several split them by what each cites.
+            covers = ids if len(answers) > 1 and ids else tuple(u.id for u in units)
+            drafts.append(EpisodeDraft(ep.text.strip(), start, end, source_ids=ids, covers_ids=covers))
         return drafts
 
     async def facts(
@@ -72,7 +77,6 @@ class LLMWriter:
         out = await self._ask(
             "facts", scope, FACTS, episode=episode.text, units=render(units, scope), related=known_related
         )
-        known = {u.id for u in units}
         related_ids = {m.memory_id for m in related}
         lo, hi = _span(units, None)
         drafts = []
@@ -86,7 +90,7 @@ class LLMWriter:
                     fact_type=f.type,
                     valid_from=valid_from,
                     valid_to=valid_to if valid_to is None or valid_to >= valid_from else None,
-                    source_ids=tuple(i for i in f.unit_ids if i in known) or tuple(u.id for u in units),
+                    source_ids=tuple(_cited(f.unit_ids, units)),
                     supersedes=tuple(i for i in f.supersedes if i in related_ids),
                 )
             )
@@ -100,7 +104,7 @@ class LLMWriter:
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
-    ) -> str:
+    ) -> Written:
         out = await self._ask(
             "summary",
             scope,
@@ -110,7 +114,7 @@ class LLMWriter:
             history="\n\n".join(h.text for h in history) or "(none)",
             children=render(children, scope),
         )
-        return str(out.summary).strip()
+        return _written(out.summary, out.source_ids, children)
 
     async def profile(
         self,
@@ -119,18 +123,20 @@ class LLMWriter:
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
-    ) -> str:
+    ) -> Written:
         out = await self._ask(
             "profile",
             scope,
             PROFILE,
             period=start.astimezone(scope.zone).strftime("%B %Y"),
-            previous=previous.text if previous else "(none yet)",
+            previous=render([previous], scope) if previous else "(none yet)",
             children=render(children, scope),
         )
-        return str(out.profile).strip()
+        return _written(out.profile, out.source_ids, [*children, *([previous] if previous else [])])
 
-    async def durative(self, scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[str, str]:
+    async def durative(
+        self, scope: Scope, month: datetime, cluster: Sequence[Source]
+    ) -> tuple[Written, Written]:
         out = await self._ask(
             "durative",
             scope,
@@ -138,7 +144,21 @@ class LLMWriter:
             period=month.astimezone(scope.zone).strftime("%B %Y"),
             facts=render(cluster, scope),
         )
-        return str(out.topic).strip(), str(out.persona).strip()
+        return _written(out.topic, out.topic_ids, cluster), _written(out.persona, out.persona_ids, cluster)
+
+
+def _cited(ids: Sequence[str], sources: Sequence[Source]) -> list[str]:
+    """The cited ids that name one of ``sources``, once each, in citation order."""
+    known = {s.id for s in sources}
+    return list(dict.fromkeys(i for i in ids if i in known))
+
+
+def _written(text: str, cited: Sequence[str], sources: Sequence[Source]) -> Written:
+    """The model's text with the turns of the sources it cited (a cited memory: the turns its own
+    text carries)."""
+    by_id = {s.id: s for s in sources}
+    turns = (t for i in _cited(cited, sources) for t in by_id[i].turn_ids)
+    return Written(text.strip(), tuple(dict.fromkeys(turns)))
 
 
 def render(sources: Sequence[Source], scope: Scope) -> str:

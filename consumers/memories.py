@@ -91,6 +91,7 @@ def memory_source(memory: Memory) -> Source:
         turn_ids=tuple(memory.source_turn_ids),
         start=memory.start,
         end=memory.end,
+        sentence_turn_ids=tuple(tuple(t) for t in memory.sentence_turn_ids),
     )
 
 

@@ -65,7 +65,9 @@ class RecurrenceConsolidator:
     def _episode(
         self, req: ConsolidationRequest, units: list[Unit], draft: EpisodeDraft, merge: Memory | None, i: int
     ) -> Memory:
-        turns = [u.turn_id for u in units if u.unit_id in draft.source_ids]
+        turn_of = {u.unit_id: u.turn_id for u in units}
+        source = [turn_of[i] for i in draft.source_ids if i in turn_of]
+        covers = [turn_of[i] for i in draft.covers_ids if i in turn_of]
         start, end = draft.start, draft.end
         if merge is not None:
             start, end = min(start, merge.start), max(end, merge.end or merge.start)
@@ -79,7 +81,10 @@ class RecurrenceConsolidator:
             start=start,
             end=end,
             recorded_at=units[-1].ts,
-            source_turn_ids=union(merge.source_turn_ids if merge else [], turns),
+            # A merge keeps what the episode said: its turns stay, the units it adds join them.
+            source_turn_ids=union(merge.source_turn_ids if merge else [], source),
+            covers_turn_ids=union(merge.covers_turn_ids if merge else [], covers, source),
+            sentence_turn_ids=[list(t) for t in draft.sentence_turn_ids],
             source_unit_ids=union(merge.source_unit_ids if merge else [], draft.source_ids),
             request_ids=union(merge.request_ids if merge else [], [req.request_id]),
             extractive=self.writer.extractive,
@@ -101,10 +106,11 @@ class RecurrenceConsolidator:
         related = [
             m for _, m in nearest(store, vector, current_of_user(req.key, MemoryKind.FACT), RELATED_FACTS)
         ]
-        mine = [s for s in sources if s.id in draft.source_ids] or sources
+        mine = [s for s in sources if s.id in draft.covers_ids] or sources
         turn_of = {u.unit_id: u.turn_id for u in units}
         updates: list[MemoryUpdate] = []
         for f in await self.writer.facts(scope, draft, mine, related):
+            stated = [turn_of[i] for i in f.source_ids if i in turn_of]
             fid = memory_id("fact", req.key, f.triple.normalized(), f.valid_from.date().isoformat())
             fact = Memory(
                 memory_id=fid,
@@ -116,7 +122,9 @@ class RecurrenceConsolidator:
                 start=f.valid_from,
                 end=f.valid_to,
                 recorded_at=episode.recorded_at,
-                source_turn_ids=[turn_of[i] for i in f.source_ids if i in turn_of],
+                source_turn_ids=stated,
+                # A fact covers what it states; one the model cited nothing for, the units it read.
+                covers_turn_ids=stated or [turn_of[s.id] for s in mine if s.id in turn_of],
                 source_unit_ids=list(f.source_ids),
                 parent_id=episode.memory_id,
                 triple=f.triple,

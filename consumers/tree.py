@@ -3,6 +3,9 @@
 A ``WindowClosed`` in, the user's new tree state and memory updates out; the pure state machine
 is ``memstream.tree``. Cost control: a parent with a single child (a day with one session, a
 week with one day) reuses the child's text instead of asking the writer to restate it.
+
+Provenance: a node's ``source_turn_ids`` are the turns its own text carries (what the writer says
+it quoted or cited), its ``covers_turn_ids`` every turn below it (its children's).
 """
 
 from __future__ import annotations
@@ -11,8 +14,16 @@ import asyncio
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from consumers.memories import MEMORIES, in_period, memory_from_payload, memory_source, unit_source, upsert
-from consumers.writer import Scope, Source, Writer
+from consumers.memories import (
+    MEMORIES,
+    in_period,
+    memory_from_payload,
+    memory_source,
+    union,
+    unit_source,
+    upsert,
+)
+from consumers.writer import Scope, Source, Writer, Written
 from memstream import durative
 from memstream.embedders.base import Embedder
 from memstream.store.base import Filter, Range, VectorStore, scroll_all
@@ -35,7 +46,6 @@ class TreeSummarizer:
             return state, []
         scope = Scope(window.tenant, window.user_id, ZoneInfo(window.timezone))
         history = [memory_source(h) for h in p.history]
-        turn_ids: list[str] = []
         stage = "summary"
         if p.kind == MemoryKind.SESSION:
             units = session_units(store, window)
@@ -43,25 +53,28 @@ class TreeSummarizer:
                 return state, []
             children: list[Source] = [unit_source(u) for u in units]
             child_ids = [u.unit_id for u in units]
-            turn_ids = [u.turn_id for u in units]
+            covers = [u.turn_id for u in units]
             intervals: list[tuple[datetime, datetime | None]] = [(u.ts, u.ts) for u in units]
-            text = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
+            written = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
         else:
             if not p.children:  # nothing below it was summarised (e.g. only late turns that day)
                 return state, []
             children = [memory_source(c) for c in p.children]
             child_ids = [c.memory_id for c in p.children]
-            turn_ids = list(dict.fromkeys(t for c in p.children for t in c.source_turn_ids))
+            covers = union(*(c.covers_turn_ids for c in p.children))
             intervals = [(c.start, c.end) for c in p.children]
             if p.kind == MemoryKind.PROFILE:
                 stage = "profile"
                 previous = memory_source(p.previous) if p.previous else None
-                text = await self.writer.profile(scope, window.start, window.end, children, previous)
+                written = await self.writer.profile(scope, window.start, window.end, children, previous)
             elif len(p.children) == 1:
                 stage = "passthrough"
-                text = p.children[0].text
+                only = children[0]
+                written = Written(only.text, only.turn_ids, only.sentence_turn_ids)
             else:
-                text = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
+                written = await self.writer.summary(
+                    scope, p.kind, window.start, window.end, children, history
+                )
         start, end = hull(window.start, window.end, intervals)
         single = p.children[0] if stage == "passthrough" else None
         node = Memory(
@@ -70,11 +83,14 @@ class TreeSummarizer:
             user_id=window.user_id,
             kind=p.kind,
             level=LEVEL[p.kind],
-            text=text,
+            text=written.text,
             start=start,
             end=end,
             recorded_at=window.last_ts,
-            source_turn_ids=turn_ids,
+            source_turn_ids=list(written.turn_ids),
+            # A profile carries lines of the previous one, from before its own subtree.
+            covers_turn_ids=union(covers, written.turn_ids),
+            sentence_turn_ids=[list(t) for t in written.sentence_turn_ids],
             children=child_ids,
             window_id=window.window_id,
             extractive=single.extractive if single else self.writer.extractive,
@@ -109,7 +125,8 @@ class TreeSummarizer:
             topic, persona = await self.writer.durative(
                 scope, window.start, [memory_source(m) for m in members]
             )
-            for kind, text in ((MemoryKind.TOPIC, topic), (MemoryKind.PERSONA, persona)):
+            covers = union(*(m.covers_turn_ids for m in members))
+            for kind, written in ((MemoryKind.TOPIC, topic), (MemoryKind.PERSONA, persona)):
                 updates.append(
                     upsert(
                         Memory(
@@ -118,13 +135,13 @@ class TreeSummarizer:
                             user_id=window.user_id,
                             kind=kind,
                             level=LEVEL[kind],
-                            text=text,
+                            text=written.text,
                             start=window.start,
                             end=window.end,
                             recorded_at=window.last_ts,
-                            source_turn_ids=list(
-                                dict.fromkeys(t for m in members for t in m.source_turn_ids)
-                            ),
+                            source_turn_ids=list(written.turn_ids),
+                            covers_turn_ids=union(covers, written.turn_ids),
+                            sentence_turn_ids=[list(t) for t in written.sentence_turn_ids],
                             children=[m.memory_id for m in members],
                             window_id=window.window_id,
                             extractive=self.writer.extractive,

@@ -6,6 +6,11 @@ Consolidators (``consumers/recurrence.py``, ``consumers/tree.py``) load units an
 
 * ``consumers.extractive.ExtractiveWriter`` -- deterministic, offline, zero tokens (the default);
 * ``consumers.llm_writer.LLMWriter`` -- prompts from ``memstream.prompts`` through the LLM client.
+
+Both say what their text carries, apart from what it was written from: drafts name the units they
+state (``source_ids``) and those they cover (``covers_ids``); summaries, profiles and durative
+memory come back ``Written``, with the turns they quote or cite. Consolidators store the first as
+``Memory.source_turn_ids`` and the whole subtree or cluster as ``covers_turn_ids``.
 """
 
 from __future__ import annotations
@@ -36,10 +41,22 @@ class Source:
     id: str  # unit_id or memory_id
     ts: datetime  # dialogue time (aware) of a unit; recorded_at of a memory
     text: str
-    turn_ids: tuple[str, ...]
+    turn_ids: tuple[str, ...]  # the turns its text carries (a memory's source_turn_ids)
     event_times: tuple[EventTime, ...] = ()  # semantic time found in a unit's text
     start: datetime | None = None  # a memory's interval
     end: datetime | None = None
+    sentence_turn_ids: tuple[tuple[str, ...], ...] = ()  # a memory's, when known (Memory.sentence_turn_ids)
+
+
+@dataclass(frozen=True)
+class Written:
+    """A summary, profile, topic or persona, with the turns its text carries: the turns of the
+    sentences it quotes (extractive), or of the sources the model cited (LLM; none when it cited
+    no real source)."""
+
+    text: str
+    turn_ids: tuple[str, ...]
+    sentence_turn_ids: tuple[tuple[str, ...], ...] = ()  # per sentence of ``text``, when known
 
 
 @dataclass(frozen=True)
@@ -50,7 +67,9 @@ class EpisodeDraft:
     text: str
     start: datetime  # the event time it covers
     end: datetime
-    source_ids: tuple[str, ...]  # the unit ids it draws on (non-empty)
+    source_ids: tuple[str, ...]  # the unit ids whose content the text carries (quoted, or cited)
+    covers_ids: tuple[str, ...]  # the unit ids it was written from (non-empty; includes source_ids)
+    sentence_turn_ids: tuple[tuple[str, ...], ...] = ()  # per sentence of ``text``, when known
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,7 @@ class FactDraft:
     fact_type: FactType
     valid_from: datetime
     valid_to: datetime | None
-    source_ids: tuple[str, ...]  # unit ids (non-empty)
+    source_ids: tuple[str, ...]  # unit ids it states (quoted, or cited; none when the model cited none)
     supersedes: tuple[str, ...] = ()  # memory ids of related facts this one invalidates
 
 
@@ -95,7 +114,7 @@ class Writer(Protocol):
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
-    ) -> str:
+    ) -> Written:
         """A session, day or week summary of ``children`` (units, sessions or days), with
         ``history`` the w most recent summaries of the same level for continuity."""
 
@@ -106,8 +125,10 @@ class Writer(Protocol):
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
-    ) -> str:
+    ) -> Written:
         """The monthly profile: ``previous`` refined with what the month's weeks add."""
 
-    async def durative(self, scope: Scope, month: datetime, cluster: Sequence[Source]) -> tuple[str, str]:
+    async def durative(
+        self, scope: Scope, month: datetime, cluster: Sequence[Source]
+    ) -> tuple[Written, Written]:
         """A topic summary and a persona summary of one cluster of the month's facts (TSM)."""

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 
-from memstream.recall.rank import bm25_scores
-from memstream.scoring import CHARS_PER_TOKEN
+from memstream.recall.rank import CHARS_PER_TOKEN, bm25_scores, format_date
 
 HYBRID_LAMBDA = 0.9  # the flat baseline, whatever weight recall itself uses
 ORDERS = ("hybrid", "dense", "bm25")
-_MONTH_NAMES = "January February March April May June July August September October November December"
-_MONTHS = tuple(_MONTH_NAMES.split())
 
 
 @dataclass(frozen=True)
@@ -36,10 +33,6 @@ class RawTurn:
     @property
     def line(self) -> str:
         return f"[{format_date(self.ts.date())}] {' '.join(self.text.split())}"
-
-
-def format_date(d: date) -> str:
-    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"  # not strftime("%B"): that is locale-dependent
 
 
 def min_max(values: Sequence[float]) -> list[float]:

@@ -135,8 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     lo.add_argument(
         "--tenant",
-        default="default",
-        help="tenant the conversations are stored under (default: default, the tenant a gateway without "
+        default=DEFAULT_TENANT,
+        help="tenant the conversations are stored under (default %(default)r, the tenant a gateway without "
         "API keys reads)",
     )
     lo.set_defaults(func=_cmd_eval_locomo)

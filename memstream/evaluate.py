@@ -55,14 +55,14 @@ from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
 from memstream.recall.engine import recall
-from memstream.scoring import answer_recall, id_recall, text_recall, tokens
+from memstream.recall.rank import tokens
+from memstream.scoring import answer_recall, id_recall, text_recall
 from memstream.settings import Settings
 from memstream.store.shards import EdgeShards
 from memstream.units import render_text
-from schemas.events import partition_key
+from schemas.events import DEFAULT_TENANT, partition_key
 from streams.ingest import IngestProcessor, units_spec
 
-DEFAULT_TENANT = "default"  # the tenant a gateway without API keys reads
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 MEMSTREAM = "memstream"
 ORACLE = "oracle"

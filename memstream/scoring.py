@@ -11,16 +11,17 @@
   ``source_turn_ids``.
 
 The stop words are this module's own (the list recall's BM25 used when the metric was defined): a score
-must not move when recall's tokenizer is tuned.
+must not move when recall's tokenizer is tuned. The budget's characters per token are recall's, the
+one count the product promises its contexts fit (``rank.tokens``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Collection, Iterable, Sequence
 
-CHARS_PER_TOKEN = 4
+from memstream.recall.rank import CHARS_PER_TOKEN
+
 TEXT_SHARE = 0.5  # share of an evidence turn's trigrams that must be returned
 SHORT_TURN = 3  # turns of fewer words are matched whole (they have no or one trigram)
 _WORD = re.compile(r"[a-z0-9']+")
@@ -43,11 +44,6 @@ def words(text: str) -> list[str]:
 
 def trigrams(tokens: Sequence[str]) -> set[Trigram]:
     return {(tokens[i], tokens[i + 1], tokens[i + 2]) for i in range(len(tokens) - 2)}
-
-
-def tokens(text: str) -> int:
-    """The budget's token count of a text: characters / 4, rounded up."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 def within_budget(context: str, budget_tokens: int) -> str:

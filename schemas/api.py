@@ -44,7 +44,9 @@ class RecallRequest(Body):
         description="the most tokens the returned context may take; tokens = ⌈characters / 4⌉ of the context",
     )
     levels: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
-        None, description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile)"
+        None,
+        description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile); "
+        "default: leaves only (units, episodes, facts)",
     )
 
 
@@ -58,7 +60,14 @@ class RecallItem(Body):
     event_end: datetime | None
     score: float
     current: bool = Field(description="false for a superseded fact")
-    source_turn_ids: list[str] = Field(description="provenance: the turns it derives from")
+    source_turn_ids: list[str] = Field(
+        description="provenance: the turns whose content its text carries (the sentences it quotes, the ids"
+        " an LLM cited); a unit: its own turn"
+    )
+    covers_turn_ids: list[str] = Field(
+        description="every turn beneath it (a session, day or week node's subtree, an episode's units, a"
+        " topic's facts); includes source_turn_ids. Coverage, not evidence"
+    )
 
 
 class RecallResponse(Body):

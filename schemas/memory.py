@@ -12,12 +12,18 @@ Every memory carries semantic time: ``start``/``end`` is the interval it is abou
 time it holds: valid from/to), ``recorded_at`` when memstream learnt it (the dialogue time of its
 latest source), and ``expired_at`` when a later memory superseded it (bi-temporal, TSM/REMem).
 Ids are deterministic (uuid5), so redelivered work rewrites the same memory.
+
+Provenance separates what a memory states from what it covers: ``source_turn_ids`` are the turns
+whose content its text carries (the turns of the sentences an extractive memory quotes, the ids
+an LLM cited), ``covers_turn_ids`` every turn beneath it (a week node's whole subtree, all of an
+episode's units). Recall and evaluation credit the first only.
 """
 
 from __future__ import annotations
 
 import uuid
 from enum import StrEnum
+from typing import Any
 
 from pydantic import AwareDatetime, Field, model_validator
 
@@ -78,8 +84,25 @@ class Memory(Record):
     recorded_at: AwareDatetime = Field(description="dialogue time of the latest source")
     expired_at: AwareDatetime | None = Field(default=None, description="when a later memory superseded it")
     superseded_by: str | None = None
-    source_turn_ids: list[str] = Field(default_factory=list, description="provenance: the turns it came from")
-    source_unit_ids: list[str] = Field(default_factory=list)
+    source_turn_ids: list[str] = Field(
+        default_factory=list,
+        description="provenance: the turns whose content its text carries (the sentences it quotes, or the"
+        " ids an LLM cited); what recall and evaluation credit",
+    )
+    covers_turn_ids: list[str] = Field(
+        default_factory=list,
+        description="every turn beneath it (a tree node's subtree, an episode's or a cluster's turns);"
+        " includes source_turn_ids. Absent from records written before it existed: then source_turn_ids",
+    )
+    sentence_turn_ids: list[list[str]] = Field(
+        default_factory=list,
+        description="extractive memories: the turns each sentence of the text quotes, in text order (as the"
+        " extractive writer splits it), so a parent quoting one sentence credits that sentence's turns only;"
+        " empty when unknown (LLM output)",
+    )
+    source_unit_ids: list[str] = Field(
+        default_factory=list, description="episodes and facts: the units of source_turn_ids"
+    )
     children: list[str] = Field(default_factory=list, description="tree: the ids it was built from")
     parent_id: str | None = None
     triple: Triple | None = Field(default=None, description="facts only")
@@ -92,6 +115,14 @@ class Memory(Record):
     writer: str = Field(description="prompt name@version, or extractive@version")
     model: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _covers_default(cls, data: Any) -> Any:
+        # Records written before covers_turn_ids existed named every turn beneath them as source.
+        if isinstance(data, dict) and "covers_turn_ids" not in data:
+            return {**data, "covers_turn_ids": data.get("source_turn_ids", [])}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> Memory:
         if self.level != LEVEL[self.kind]:
@@ -100,6 +131,8 @@ class Memory(Record):
             raise ValueError("end is before start")
         if (self.kind == MemoryKind.FACT) != (self.triple is not None and self.fact_type is not None):
             raise ValueError("facts, and only facts, carry a triple and a fact_type")
+        if not set(self.source_turn_ids) <= set(self.covers_turn_ids):
+            raise ValueError("covers_turn_ids includes every source turn")
         return self
 
     @property

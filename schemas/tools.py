@@ -156,7 +156,10 @@ class ToolItem(Record):
     start: AwareDatetime = Field(description="start of the time it is about")
     end: AwareDatetime | None = Field(description="exclusive; None: an instant (unit) or still holds (fact)")
     recorded_at: AwareDatetime = Field(description="when it was said (dialogue time of its latest source)")
-    source_turn_ids: list[str]
+    source_turn_ids: list[str] = Field(description="provenance: the turns whose content its text carries")
+    covers_turn_ids: list[str] = Field(
+        default_factory=list, description="every turn beneath it (a tree node's subtree); a unit: its turn"
+    )
     score: float | None = Field(default=None, description="retrieval score, higher is better")
     parent_id: str | None = None
     children: list[str] = Field(default_factory=list)

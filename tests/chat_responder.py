@@ -1,7 +1,8 @@
 """A stand-in for a chat model behind ``tests/openai_server.py``: it answers memstream's prompts
 (``memstream.prompts``) with valid JSON built from the prompt's own data, so the LLM path runs end
 to end over real HTTP with real ``usage``. Deterministic; not a language model: its texts are
-the data's first lines. Used by the tests and by ``bench/consolidation.py``.
+the data's first lines, and it cites the ids of the sources whose lines its text quotes (as the
+prompts ask). Used by the tests and by ``bench/consolidation.py``.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ def respond(body: dict[str, Any]) -> str:
         " ".join(line for block in data for line in block.splitlines() if ": " in line)[:400]
         or "Nothing new."
     )
+    cited = quoted_ids(user, text) or ids[:1]
     if "episodic memory" in system:
         answer: dict[str, Any] = {
             "episodes": [
-                {"text": f"On {dates[0]}: {text}", "start": dates[0], "end": dates[-1], "unit_ids": ids}
+                {"text": f"On {dates[0]}: {text}", "start": dates[0], "end": dates[-1], "unit_ids": cited}
             ]
         }
     elif "semantic memory" in system:
@@ -51,15 +53,34 @@ def respond(body: dict[str, Any]) -> str:
             ][:3]
         }
     elif "durative memory" in system:
-        answer = {"topic": f"Topic: {text}", "persona": f"Persona: {text[:200]}"}
+        persona = text[:200]
+        answer = {
+            "topic": f"Topic: {text}",
+            "persona": f"Persona: {persona}",
+            "topic_ids": cited,
+            "persona_ids": quoted_ids(user, persona) or ids[:1],
+        }
     elif "answer a question" in system:
         first = next((line for block in data for line in block.splitlines() if line.strip()), "")
         answer = {"answer": f"From memory: {first[:300]}" if first else "The memories do not say."}
     elif "profile" in system:
-        answer = {"profile": f"Profile: {text}"}
+        answer = {"profile": f"Profile: {text}", "source_ids": cited}
     else:
-        answer = {"summary": f"Summary: {text}"}
+        answer = {"summary": f"Summary: {text}", "source_ids": cited}
     return json.dumps(answer)
+
+
+def quoted_ids(user: str, text: str) -> list[str]:
+    """The ids of the id-tagged blocks of ``user`` with a speaker line whose start is in ``text``."""
+    tags = list(_ID.finditer(user))
+    ends = [t.start() for t in tags[1:]] + [len(user)] if tags else []
+    out = []
+    for tag, end in zip(tags, ends, strict=True):
+        block = user[tag.end() : end]
+        lines = [ln.strip() for ln in block.split("</data>")[0].splitlines() if ": " in ln]
+        if any(ln[:40] in text for ln in lines):
+            out.append(tag[1])
+    return out
 
 
 def _first_lines(user: str) -> list[str]:

@@ -25,7 +25,7 @@ from memstream.settings import Settings
 from memstream.store import VectorStore, open_shards, scroll_all
 from memstream.store.shards import all_stores
 from memstream.units import UNITS, unit_from_payload
-from schemas.events import Unit
+from schemas.events import Unit, unit_id_for
 from schemas.memory import Memory
 from streams.ingest import units_spec
 
@@ -136,6 +136,12 @@ def committed(settings: Settings, topic: str) -> dict[int, int | None]:
             }
 
     return asyncio.run(read())
+
+
+def consolidated_units(episode: Memory) -> list[str]:
+    """The units an episode consolidated: every turn it covers (its source turns are only those its
+    text quotes)."""
+    return [unit_id_for(episode.tenant, episode.user_id, t) for t in episode.covers_turn_ids]
 
 
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]

@@ -7,27 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from consumers import Consolidation, build_consolidation
+from consumers.extractive import sentences
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from consumers.offline import Events, consolidate_all, ingest_all
+from consumers.writer import Source
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.base import VectorStore, scroll_all
 from memstream.store.shards import EdgeShards
 from memstream.tree import covers
+from memstream.units import UNITS, unit_from_payload
 from schemas.memory import Memory, MemoryKind, MemoryOp
 from streams.ingest import IngestProcessor, units_spec
 from tests.chat_responder import respond
 from tests.openai_server import OpenAIServer
 
 TURNS = list(generate(users=2, days=40, seed=3))
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def ingest(settings: Settings, shards: EdgeShards) -> Events:
@@ -89,6 +96,46 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
     assert folded == {r.request_id for r in events.requests}
     shards.close()
+
+
+TREE = (MemoryKind.DAY, MemoryKind.WEEK, MemoryKind.PROFILE)
+
+
+def test_provenance_names_the_turns_a_memory_states_and_covers_its_subtree(
+    setup: tuple[Settings, Consolidation, EdgeShards],
+) -> None:
+    settings, consolidation, shards = setup
+    store = shards.get(0)
+    consolidate(consolidation, store, ingest(settings, shards))
+    mem = memories(store)
+    units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
+    said = {(u.key, u.turn_id): u.text for u in units}
+    for m in mem.values():
+        assert set(m.source_turn_ids) <= set(m.covers_turn_ids)
+        assert {(m.key, t) for t in m.covers_turn_ids} <= said.keys()
+        children = [mem[c] for c in m.children if c in mem]
+        if m.kind == MemoryKind.SESSION:
+            assert set(m.covers_turn_ids) == {u.turn_id for u in units if u.unit_id in m.children}
+        elif m.kind in TREE and len(children) == len(m.children):
+            assert {t for c in children for t in c.covers_turn_ids} <= set(m.covers_turn_ids)
+            if len(children) == 1 and m.kind != MemoryKind.PROFILE:  # a passthrough: the child's text
+                assert m.source_turn_ids == children[0].source_turn_ids
+        if consolidation.llm is None:  # extractive: every sentence is said in one of its source turns
+            sources = [said[m.key, t] for t in m.source_turn_ids]
+            for body in read_back(m.text):
+                assert any(body in text for text in sources), (m.kind, body)
+            assert len(m.sentence_turn_ids) in (0, len(read_back(m.text)))
+    # Nodes quote a few sentences of a subtree: they name far fewer turns than they cover.
+    nodes = [m for m in mem.values() if m.kind in TREE]
+    assert sum(len(m.source_turn_ids) for m in nodes) < sum(len(m.covers_turn_ids) for m in nodes) / 2
+    assert all(m.source_turn_ids for m in mem.values() if m.kind in (MemoryKind.EPISODE, MemoryKind.FACT))
+    shards.close()
+
+
+def read_back(text: str) -> list[str]:
+    """A memory's sentences as a parent reads them, without dates, speakers, headers, annotations."""
+    parsed = sentences([Source("m", T0, text, (), start=T0)], ZoneInfo("UTC"))
+    return [re.sub(r" \([^()]*\)", "", s.text).rstrip(".!?") for s in parsed]
 
 
 def test_the_same_events_twice_give_the_same_memory(

@@ -32,7 +32,7 @@ from deploy import monitoring
 from memstream.broker import Broker, free_port
 from memstream.cli import fetch_status
 from memstream.demo import SAMPLE
-from memstream.kafka import producer
+from memstream.kafka import partition_for, producer
 from memstream.settings import Settings
 from schemas.topics import TURNS
 from tests.chat_responder import respond
@@ -131,17 +131,26 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 r = client.post("/v1/turns", json={"turns": turns[i : i + 200]})
                 assert r.status_code == 202, r.text
 
-            async def malformed() -> None:
+            async def malformed_and_misplaced() -> None:
                 async with producer(settings) as p:
-                    await p.send_and_wait(settings.topic(TURNS.name), b"{not json", key=b"demo/user-0002")
+                    topic = settings.topic(TURNS.name)
+                    await p.send_and_wait(topic, b"{not json", key=b"demo/user-0002")
+                    # A turn on a partition other than its key's, as another client's partitioner
+                    # would place it: forwarded, and counted.
+                    stray = {**turns[0], "tenant": "demo", "turn_id": "misplaced-1"}
+                    key = f"demo/{stray['user_id']}".encode()
+                    n = settings.topic_partitions
+                    elsewhere = (partition_for(key, n) + 1) % n
+                    await p.send_and_wait(topic, json.dumps(stray).encode(), key=key, partition=elsewhere)
 
-            asyncio.run(malformed())
+            asyncio.run(malformed_and_misplaced())
 
             def busy() -> dict[str, Any] | None:
                 s = _status(settings)
                 done = (
                     _total(s, "memstream_turns_ingested") >= len(turns)
                     and _total(s, "memstream_dead_letters") >= 1
+                    and _total(s, "memstream_turns_rerouted") >= 1
                     and _total(s, "memstream_windows_closed") > 0
                     and _total(s, "memstream_consolidations", "/done") > 0
                     and _total(s, "memstream_llm_calls", "/ok") > 0
@@ -223,7 +232,9 @@ def test_the_run_produced_what_the_panels_show(scrape: Scrape) -> None:
     def total(name: str, **labels: str) -> float:
         return sum(v for lab, v in samples.get(name, []) if labels.items() <= lab.items())
 
-    assert total("memstream_turns_ingested_total", tenant="demo") == scrape.turns
+    # The gateway's turns and the misplaced one produced directly, forwarded once.
+    assert total("memstream_turns_ingested_total", tenant="demo") == scrape.turns + 1
+    assert total("memstream_turns_rerouted_total") == 1
     assert total("memstream_gateway_turns_accepted_total", tenant="demo") == scrape.turns
     assert total("memstream_dead_letters_total", stage="decode", reason="malformed_json") == 1
     assert total("memstream_gateway_request_seconds_count", route="/v1/recall") == 3

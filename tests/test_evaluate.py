@@ -15,7 +15,8 @@ import pytest
 
 from memstream.cli import main
 from memstream.evaluate import CATEGORIES, load
-from memstream.scoring import answer_recall, id_recall, text_recall, tokens
+from memstream.recall.rank import tokens
+from memstream.scoring import answer_recall, id_recall, text_recall
 from memstream.settings import Settings
 from tests.conftest import LOCOMO
 

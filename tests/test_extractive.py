@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import random
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -31,7 +33,7 @@ from consumers.extractive import (
     split_sentences,
     summary,
 )
-from consumers.writer import EpisodeDraft, Scope, Source, Writer
+from consumers.writer import EpisodeDraft, Scope, Source, Writer, Written
 from memstream.datasets import locomo_turns
 from memstream.semantic_time import extract_event_times
 from memstream.units import build_unit
@@ -288,7 +290,7 @@ def test_centrality_prefers_the_sentence_sharing_the_most_vocabulary() -> None:
 
 def test_episodes_split_at_long_gaps_and_anchor_dates() -> None:
     drafts = episodes(SCOPE, list(reversed(ALL_UNITS)), None)
-    assert [d.source_ids for d in drafts] == [
+    assert [d.covers_ids for d in drafts] == [
         tuple(u.id for u in SESSION_1),
         tuple(u.id for u in SESSION_2),
         tuple(u.id for u in SESSION_3),
@@ -311,9 +313,9 @@ def test_at_most_three_episodes() -> None:
     ]
     drafts = episodes(SCOPE, far, None)
     assert len(drafts) == ex.MAX_EPISODES
-    assert sorted(i for d in drafts for i in d.source_ids) == sorted(u.id for u in far)
+    assert sorted(i for d in drafts for i in d.covers_ids) == sorted(u.id for u in far)
     # the two largest gaps are cut (all equal here: the earliest ones)
-    assert [len(d.source_ids) for d in drafts] == [1, 1, 4]
+    assert [len(d.covers_ids) for d in drafts] == [1, 1, 4]
 
 
 def test_episode_is_capped_and_in_time_order() -> None:
@@ -343,7 +345,7 @@ def test_merge_returns_one_episode_extending_the_existing_one() -> None:
     )
     [merged] = episodes(SCOPE, SESSION_2, existing)
     assert merged.text.startswith(existing.text + " On 25 May 2023, ")
-    assert merged.source_ids == tuple(u.id for u in SESSION_2)
+    assert merged.covers_ids == tuple(u.id for u in SESSION_2)
     assert merged.start == datetime(2023, 5, 7, tzinfo=UTC)
     assert merged.end == datetime(2023, 7, 1, tzinfo=UTC)  # "next month" said in May
     # merging the same units again adds nothing new
@@ -470,7 +472,8 @@ def test_classify_ignores_what_says_nothing_about_the_speaker(text: str) -> None
 
 
 def draft_for(units: list[Source]) -> EpisodeDraft:
-    return EpisodeDraft("x", units[0].ts, units[-1].ts, tuple(u.id for u in units))
+    ids = tuple(u.id for u in units)
+    return EpisodeDraft("x", units[0].ts, units[-1].ts, source_ids=ids, covers_ids=ids)
 
 
 def test_facts_are_time_scoped_triples_named_after_the_speaker() -> None:
@@ -559,7 +562,7 @@ def test_a_time_update_supersedes_current_facts_in_the_same_slot() -> None:
 
 
 def test_session_summary() -> None:
-    text = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, [])
+    text = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, []).text
     header, body = text.split("\n")
     assert header == "Session on 8 May 2023 (Caroline, Melanie):"
     assert body.startswith("On 8 May 2023, ")
@@ -571,13 +574,13 @@ def test_session_summary() -> None:
 def test_day_and_week_summaries_read_their_children_back() -> None:
     sessions = [
         memory_source(
-            f"s{i}", part[-1].ts, summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+            f"s{i}", part[-1].ts, summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, []).text
         )
         for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3])
     ]
-    day = summary(SCOPE, MemoryKind.DAY, MON, MON + timedelta(days=1), sessions[:1], [])
+    day = summary(SCOPE, MemoryKind.DAY, MON, MON + timedelta(days=1), sessions[:1], []).text
     assert day.startswith("Day 8 May 2023:\nOn 8 May 2023, ")
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [])
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, []).text
     assert week.startswith("Week of 8 May 2023:\n")
     assert "On 25 May 2023, " in week and "On 9 June 2023, " in week  # dates survive the round trip
     assert len(split_sentences(week.split("\n", 1)[1])) <= ex.SUMMARY_SENTENCES[MemoryKind.WEEK]
@@ -586,12 +589,12 @@ def test_day_and_week_summaries_read_their_children_back() -> None:
 
 def test_summary_avoids_repeating_the_latest_history() -> None:
     children = SESSION_1 + SESSION_2
-    first = summary(SCOPE, MemoryKind.DAY, MON, THU, children, [])
+    first = summary(SCOPE, MemoryKind.DAY, MON, THU, children, []).text
     history = [
         memory_source("h", MON, first),
         memory_source("older", MON - timedelta(days=7), "Caroline: Hi."),
     ]
-    second = summary(SCOPE, MemoryKind.DAY, MON, THU, children, history)
+    second = summary(SCOPE, MemoryKind.DAY, MON, THU, children, history).text
 
     def said(text: str) -> set[str]:
         return {re.sub(r"^On [^,]+, ", "", s) for s in split_sentences(text.split("\n")[1])}
@@ -600,8 +603,8 @@ def test_summary_avoids_repeating_the_latest_history() -> None:
     assert not said(first) & said(second)
     # when everything was said already, it still says something
     only = [SESSION_1[2]]
-    said = summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [])
-    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [memory_source("h", MON, said)]) == said
+    said = summary(SCOPE, MemoryKind.SESSION, MON, MON, only, []).text
+    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [memory_source("h", MON, said)]).text == said
 
 
 def test_profile_keeps_preferences_newest_first_with_the_previous_lines() -> None:
@@ -612,7 +615,7 @@ def test_profile_keeps_preferences_newest_first_with_the_previous_lines() -> Non
     )
     text = profile(
         SCOPE, datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC), ALL_UNITS, previous
-    )
+    ).text
     lines = text.split("\n")
     assert lines[0] == "Profile as of May 2023:"
     assert lines[-1] == "On 3 April 2023, Caroline: I love hiking in the mountains."
@@ -631,7 +634,7 @@ def test_profile_keeps_preferences_newest_first_with_the_previous_lines() -> Non
         ALL_UNITS,
         memory_source("p2", FRI, text),
     )
-    assert again == text
+    assert again.text == text
 
 
 def test_profile_is_capped_and_falls_back_to_the_most_central_sentence() -> None:
@@ -639,11 +642,11 @@ def test_profile_is_capped_and_falls_back_to_the_most_central_sentence() -> None
         unit(f"l{i:02}", MON + timedelta(minutes=i), ("Caroline", f"I love board game number {i}."))
         for i in range(20)
     ]
-    lines = profile(SCOPE, MON, MON + timedelta(days=1), likes, None).split("\n")
+    lines = profile(SCOPE, MON, MON + timedelta(days=1), likes, None).text.split("\n")
     assert len(lines) == 1 + ex.PROFILE_LINES
     assert "number 19" in lines[1]  # newest first
     plain = [unit("x", MON, ("Caroline", "The support group meets at the community centre downtown."))]
-    assert profile(SCOPE, MON, MON, plain, None) == (
+    assert profile(SCOPE, MON, MON, plain, None).text == (
         "Profile as of May 2023:\n"
         "On 8 May 2023, Caroline: The support group meets at the community centre downtown."
     )
@@ -654,7 +657,7 @@ def test_durative_topic_and_persona() -> None:
         memory_source(f"f{i}", f.valid_from, f.sentence)
         for i, f in enumerate(facts(SCOPE, draft_for(ALL_UNITS), ALL_UNITS, []))
     ]
-    topic, persona = durative(SCOPE, datetime(2023, 5, 1, tzinfo=UTC), cluster)
+    topic, persona = (w.text for w in durative(SCOPE, datetime(2023, 5, 1, tzinfo=UTC), cluster))
     assert topic.startswith("Topic in May 2023: On ")
     assert len(split_sentences(topic.removeprefix("Topic in May 2023: "))) == ex.TOPIC_SENTENCES
     assert persona.startswith("Persona in May 2023: ")
@@ -663,9 +666,98 @@ def test_durative_topic_and_persona() -> None:
     events_only = [
         memory_source("e", MON, "On 8 May 2023, Caroline: I went to the museum downtown (7 May 2023).")
     ]
-    assert durative(SCOPE, MON, events_only)[1] == (
+    assert durative(SCOPE, MON, events_only)[1].text == (
         "Persona in May 2023: On 8 May 2023, Caroline: I went to the museum downtown (7 May 2023)."
     )
+
+
+# --- provenance -------------------------------------------------------------------------------------------
+
+
+def read_back(text: str) -> list[str]:
+    """An output's sentences as a parent reads them back, without dates, speakers and headers."""
+    parsed = sentences([Source("out", MON, text, (), start=MON)], UTC_ZONE)
+    return [re.sub(r" \([^()]*\)", "", s.text).rstrip(".!?") for s in parsed]
+
+
+def sayers(text: str, units: list[Source]) -> list[tuple[str, ...]]:
+    """Per sentence of ``text``, the turns of the units that say it."""
+    return [tuple(t for u in units if body in u.text for t in u.turn_ids) for body in read_back(text)]
+
+
+def flat(per_sentence: Sequence[tuple[str, ...]]) -> set[str]:
+    return {t for turns in per_sentence for t in turns}
+
+
+def as_memory(mid: str, written: Written, start: datetime, end: datetime) -> Source:
+    return Source(
+        mid,
+        end,
+        written.text,
+        written.turn_ids,
+        start=start,
+        end=end,
+        sentence_turn_ids=written.sentence_turn_ids,
+    )
+
+
+def test_an_episode_names_the_turns_of_the_sentences_it_quotes_only() -> None:
+    drafts = episodes(SCOPE, ALL_UNITS, None)
+    for d in drafts:
+        per = sayers(d.text, ALL_UNITS)
+        assert all(len(turns) == 1 for turns in per)
+        assert list(d.sentence_turn_ids) == per
+        assert set(d.source_ids) == flat(per) <= set(d.covers_ids)  # here a unit's id is its turn's
+    assert drafts[0].covers_ids == tuple(u.id for u in SESSION_1)
+    assert {"u01", "u04", "u08"}.isdisjoint(drafts[0].source_ids)  # greetings and thanks are not quoted
+
+
+def test_tree_summaries_name_the_turns_they_quote_at_every_level() -> None:
+    sessions = []
+    for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3]):
+        written = summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+        assert list(written.sentence_turn_ids) == sayers(written.text, part)
+        assert set(written.turn_ids) == flat(written.sentence_turn_ids)
+        sessions.append(as_memory(f"s{i}", written, part[0].ts, part[-1].ts))
+    below = {t for s in sessions for t in s.turn_ids}
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [])
+    prof = profile(SCOPE, MON, FRI, sessions, None)
+    for written in (week, prof):
+        assert list(written.sentence_turn_ids) == sayers(written.text, ALL_UNITS)
+        assert set(written.turn_ids) == flat(written.sentence_turn_ids)
+        assert set(written.turn_ids) < below  # it quotes a few of its children's sentences, not all
+
+
+def test_a_sentence_of_a_memory_without_a_sentence_map_credits_all_its_turns() -> None:
+    text = "On 8 May 2023, Caroline: I love hiking in the mountains. I went to the museum downtown."
+    unmapped = Source("m", MON, text, ("t1", "t2"), start=MON, end=MON)
+    mapped = replace(unmapped, sentence_turn_ids=(("t1",), ("t2",)))
+    assert profile(SCOPE, MON, THU, [unmapped], None).turn_ids == ("t1", "t2")
+    assert profile(SCOPE, MON, THU, [mapped], None).turn_ids == ("t1",)  # the hiking line only
+    stale = replace(unmapped, sentence_turn_ids=(("t1",),))  # does not match the text: not trusted
+    assert profile(SCOPE, MON, THU, [stale], None).turn_ids == ("t1", "t2")
+
+
+def test_a_merge_keeps_the_episodes_turns_for_its_text_and_names_the_units_it_adds() -> None:
+    said = "On 8 May 2023, Caroline: I went to the LGBTQ support group yesterday (7 May 2023)."
+    existing = Source("ep1", MON, said, ("u03",), start=datetime(2023, 5, 7, tzinfo=UTC), end=MON)
+    [merged] = episodes(SCOPE, SESSION_2, existing)
+    assert merged.sentence_turn_ids[0] == ("u03",)
+    assert list(merged.sentence_turn_ids[1:]) == sayers(merged.text, SESSION_2)[1:]
+    assert set(merged.source_ids) == flat(merged.sentence_turn_ids[1:])
+
+
+def test_durative_memory_names_the_turns_of_the_facts_it_quotes() -> None:
+    found = facts(SCOPE, draft_for(ALL_UNITS), ALL_UNITS, [])
+    cluster = [
+        Source(f"f{i}", f.valid_from, f.sentence, f.source_ids, start=f.valid_from, end=f.valid_from)
+        for i, f in enumerate(found)
+    ]
+    for written in durative(SCOPE, MON, cluster):
+        assert list(written.sentence_turn_ids) == sayers(written.text, ALL_UNITS)
+        assert set(written.turn_ids) == flat(written.sentence_turn_ids)
+    topic = durative(SCOPE, MON, cluster)[0]
+    assert len(topic.turn_ids) == ex.TOPIC_SENTENCES < len(cluster)
 
 
 # --- properties -------------------------------------------------------------------------------------------
@@ -718,10 +810,10 @@ def everything(units: list[Source]) -> list[str]:
     found = [f for d in eps for f in facts(SCOPE, d, units, [])]
     out += [f.sentence for f in found]
     start, end = min(u.ts for u in units), max(u.ts for u in units)
-    out.append(summary(SCOPE, MemoryKind.SESSION, start, end, units, []))
-    out.append(profile(SCOPE, start, end, units, None))
+    out.append(summary(SCOPE, MemoryKind.SESSION, start, end, units, []).text)
+    out.append(profile(SCOPE, start, end, units, None).text)
     cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)] or units
-    out += list(durative(SCOPE, start, cluster))
+    out += [w.text for w in durative(SCOPE, start, cluster)]
     return out
 
 
@@ -744,7 +836,7 @@ def test_outputs_use_only_input_words_and_are_never_empty(spec: list[tuple[int, 
     outputs = everything(units)
     eps = episodes(SCOPE, units, None)
     assert 1 <= len(eps) <= ex.MAX_EPISODES
-    assert sorted(i for d in eps for i in d.source_ids) == sorted(u.id for u in units)
+    assert sorted(i for d in eps for i in d.covers_ids) == sorted(u.id for u in units)
     for text in outputs:
         assert text.strip()
         assert set(w.lower() for w in re.findall(r"[^\W\d_]+", text)) <= allowed, text
@@ -752,6 +844,27 @@ def test_outputs_use_only_input_words_and_are_never_empty(spec: list[tuple[int, 
     for d in eps:
         assert d.start <= d.end
         assert d.text.split(": ", 1)[1]  # more than a date and a speaker
+
+
+@settings(max_examples=25, deadline=None)
+@given(units_strategy)
+def test_outputs_name_a_turn_that_says_each_sentence(spec: list[tuple[int, str, list[str]]]) -> None:
+    units = build_units(spec)
+    start, end = units[0].ts, units[-1].ts
+    outputs: list[tuple[str, tuple[tuple[str, ...], ...], tuple[str, ...]]] = [
+        (d.text, d.sentence_turn_ids, d.source_ids) for d in episodes(SCOPE, units, None)
+    ]
+    for w in (
+        summary(SCOPE, MemoryKind.SESSION, start, end, units, []),
+        profile(SCOPE, start, end, units, None),
+    ):
+        outputs.append((w.text, w.sentence_turn_ids, w.turn_ids))
+    for text, per_sentence, named in outputs:
+        said_by = sayers(text, units)
+        assert len(per_sentence) == len(said_by)
+        for turns, sayer in zip(per_sentence, said_by, strict=True):
+            assert len(turns) == 1 and set(turns) <= set(sayer)
+        assert set(named) == flat(per_sentence)
 
 
 @settings(max_examples=25, deadline=None)
@@ -772,7 +885,7 @@ def test_writer_implements_the_protocol() -> None:
     writer: Writer = ExtractiveWriter()
     assert writer.extractive is True
     assert writer.model is None
-    assert writer.label("episodes") == writer.label("durative") == "extractive@1"
+    assert writer.label("episodes") == writer.label("durative") == "extractive@2"
     methods = {n: m for n, m in inspect.getmembers(Writer, inspect.isfunction) if not n.startswith("_")}
     assert set(methods) == {"label", "episodes", "facts", "summary", "profile", "durative"}
     for name, member in methods.items():
@@ -834,15 +947,15 @@ async def test_locomo_first_sessions() -> None:
     assert found
     sessions = []
     for i, part in enumerate(parts):
-        text = await writer.summary(scope, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+        text = (await writer.summary(scope, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])).text
         assert text.count("\n") == 1 and text.split("\n")[1]
         sessions.append(memory_source(f"s{i}", part[-1].ts, text))
-    week = await writer.summary(
-        scope, MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1]
-    )
-    prof = await writer.profile(scope, parts[0][0].ts, parts[-1][-1].ts, sessions, None)
+    week = (
+        await writer.summary(scope, MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1])
+    ).text
+    prof = (await writer.profile(scope, parts[0][0].ts, parts[-1][-1].ts, sessions, None)).text
     cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)]
-    topic, persona = await writer.durative(scope, parts[0][0].ts, cluster)
+    topic, persona = (w.text for w in await writer.durative(scope, parts[0][0].ts, cluster))
 
     texts = [d.text for d in eps] + [f.sentence for f in found] + [s.text for s in sessions]
     texts += [week, prof, topic, persona]

@@ -40,7 +40,7 @@ from memstream.sample import generate
 from schemas.events import ConsolidationRequest, Turn
 from schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
-from tests.conftest import Pipeline, committed, make_pipeline, ready, wait_for
+from tests.conftest import Pipeline, committed, consolidated_units, make_pipeline, ready, wait_for
 from tests.conftest import stored as stored_points
 from tests.partitioners import librdkafka_consistent, produce
 
@@ -201,7 +201,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, 
         for _, v in asyncio.run(read_topic(settings, settings.topic(CONSOLIDATION.name)))
     }
     episodes = [m for m in memories if m.kind == MemoryKind.EPISODE]
-    in_episodes = Counter(u for m in episodes for u in m.source_unit_ids)
+    in_episodes = Counter(u for m in episodes for u in consolidated_units(m))
     requested = {u for r in requests.values() for u in r.unit_ids}
     unnamed = set(requests) - {r for m in episodes for r in m.request_ids}
     updates = [

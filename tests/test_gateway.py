@@ -190,7 +190,11 @@ def test_recall_returns_the_users_dated_memories_with_provenance(
     assert kinds & {"unit", "episode", "fact", "session", "day", "week", "profile"}
     acme_ids = {t["turn_id"] for t in ACME_TURNS}
     for item in body["items"]:
-        assert item["source_turn_ids"] and set(item["source_turn_ids"]) <= acme_ids
+        # What the text carries, within what the item covers (a node: its whole subtree).
+        assert (
+            item["source_turn_ids"]
+            and set(item["source_turn_ids"]) <= set(item["covers_turn_ids"]) <= acme_ids
+        )
         assert item["dialogue_time"] and item["event_start"]
     assert len(body["context"].splitlines()) == len(body["items"])
     assert "2025" in body["context"]  # every line is dated

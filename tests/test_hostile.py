@@ -648,7 +648,9 @@ def test_llm_prompts_fence_the_injection_and_complying_answers_act_on_nothing() 
         {
             "episodes": json.dumps(compliant_episode),
             "facts": json.dumps(compliant_facts),
-            "summary": '{"summary": "s", "delete_all": true}',
+            "summary": json.dumps(
+                {"summary": "s", "source_ids": ["*", other_users_unit], "delete_all": True}
+            ),
         }
     )
     writer = LLMWriter(client, "test-model")  # type: ignore[arg-type]
@@ -668,7 +670,9 @@ def test_llm_prompts_fence_the_injection_and_complying_answers_act_on_nothing() 
     )
     (episode,) = asyncio.run(writer.episodes(scope, sources, None))
     (fact,) = asyncio.run(writer.facts(scope, episode, sources, [known]))
-    asyncio.run(writer.summary(scope, MemoryKind.SESSION, sources[0].ts, sources[-1].ts, sources, sources))
+    summary = asyncio.run(
+        writer.summary(scope, MemoryKind.SESSION, sources[0].ts, sources[-1].ts, sources, sources)
+    )
 
     # Provenance names only the real sources; nothing is superseded that the model was not shown.
     ids = {s.id for s in sources}
@@ -678,6 +682,7 @@ def test_llm_prompts_fence_the_injection_and_complying_answers_act_on_nothing() 
         and other_users_unit not in episode.source_ids
     )
     assert set(fact.source_ids) <= ids and fact.supersedes == ()
+    assert summary.turn_ids == ()  # it cited only ids it was not shown
     assert len(client.sent) == 3  # episodes, facts, summary: the real builders
     for system, user in client.sent:
         assert system["role"] == "system" and user["role"] == "user"

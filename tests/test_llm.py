@@ -4,10 +4,12 @@ and its token budget as a pure unit."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import openai
 import pytest
@@ -16,6 +18,8 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from pydantic import BaseModel
 
+from consumers.llm_writer import LLMWriter
+from consumers.writer import Scope, Source
 from memstream import metrics
 from memstream.llm import (
     BudgetExhausted,
@@ -28,6 +32,8 @@ from memstream.llm import (
     stage_config,
 )
 from memstream.settings import Settings
+from schemas.memory import MemoryKind
+from tests.chat_responder import respond
 from tests.openai_server import CHAT_PATH, Failure, OpenAIServer
 
 MESSAGES = [
@@ -409,3 +415,88 @@ def test_budget_matches_a_simple_model(limit: int, spends: list[tuple[str, int, 
     for tenant, _, n in spends:
         totals[tenant] = totals.get(tenant, 0) + n
     assert budget.totals() == totals
+
+
+# --- the LLM writer's provenance: cited ids of the input only --------------------------------------------
+
+INVENTED = "00000000-0000-4000-8000-000000000000"
+SCOPE = Scope("acme", "ann", ZoneInfo("UTC"))
+T = datetime(2024, 3, 4, 10, 0, tzinfo=UTC)
+UNITS = [
+    Source(str(uuid.uuid4()), T + timedelta(minutes=i), f"ann: {line}", (f"turn-{i}",))
+    for i, line in enumerate(["I moved to Porto last week.", "I started a new job at a bakery.", "Hi!"])
+]
+
+
+def citing(extra: list[str], keep: int | None = None) -> Any:
+    """``respond``, its citations cut to the first ``keep`` and ``extra`` (invented ids) added."""
+
+    def answer(body: dict[str, Any]) -> str:
+        out = json.loads(respond(body))
+
+        def cite(ids: list[str]) -> list[str]:
+            return [*ids[:keep], *extra]
+
+        for item in [out, *out.get("episodes", []), *out.get("facts", [])]:
+            for key in ("unit_ids", "source_ids", "topic_ids", "persona_ids"):
+                if key in item:
+                    item[key] = cite(item[key])
+        return json.dumps(out)
+
+    return answer
+
+
+def memory(i: int, turns: tuple[str, ...]) -> Source:
+    return Source(str(uuid.uuid4()), T, f"Summary {i}: ann: worked on {i}.", turns, start=T, end=T)
+
+
+async def test_llm_writer_keeps_only_the_input_ids_it_cites(server: OpenAIServer, tenant: str) -> None:
+    server.chat_responder = citing([INVENTED], keep=1)
+    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    scope = Scope(tenant, "ann", ZoneInfo("UTC"))
+
+    [episode] = await writer.episodes(scope, UNITS, None)
+    assert episode.source_ids == (UNITS[0].id,)  # the invented id is dropped
+    assert episode.covers_ids == tuple(u.id for u in UNITS)  # one episode: written from them all
+    facts = await writer.facts(scope, episode, UNITS, [])
+    assert facts and all(set(f.source_ids) <= {u.id for u in UNITS} for f in facts)
+
+    children = [memory(0, ("t1", "t2")), memory(1, ("t3",))]
+    session = await writer.summary(scope, MemoryKind.SESSION, T, T, UNITS, [])
+    day = await writer.summary(scope, MemoryKind.DAY, T, T, children, [])
+    profile = await writer.profile(scope, T, T, children[1:], children[0])
+    topic, persona = await writer.durative(scope, T, children)
+    assert session.turn_ids == ("turn-0",)  # a cited unit: its turn
+    assert day.turn_ids == ("t1", "t2")  # a cited memory: the turns its text carries
+    assert profile.turn_ids == ("t1", "t2")  # the previous profile, tagged with its id, cited first
+    assert topic.turn_ids == persona.turn_ids == ("t1", "t2")
+    assert {session.sentence_turn_ids, day.sentence_turn_ids} == {()}  # unknown per sentence
+    await writer.client.aclose()
+
+
+async def test_llm_writer_states_no_turn_when_it_cites_only_invented_ids(
+    server: OpenAIServer, tenant: str
+) -> None:
+    server.chat_responder = citing([INVENTED], keep=0)
+    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    scope = Scope(tenant, "ann", ZoneInfo("UTC"))
+
+    [episode] = await writer.episodes(scope, UNITS, None)
+    assert episode.source_ids == ()
+    assert episode.covers_ids == tuple(u.id for u in UNITS)  # it still covers what it was written from
+    assert all(f.source_ids == () for f in await writer.facts(scope, episode, UNITS, []))
+    assert (await writer.summary(scope, MemoryKind.SESSION, T, T, UNITS, [])).turn_ids == ()
+    assert [w.turn_ids for w in await writer.durative(scope, T, [memory(0, ("t1",))])] == [(), ()]
+    await writer.client.aclose()
+
+
+async def test_llm_episodes_split_the_units_by_what_each_cites(server: OpenAIServer, tenant: str) -> None:
+    def episode(ids: list[str]) -> dict[str, Any]:
+        return {"text": "ann moved.", "start": "2024-03-04", "end": "2024-03-04", "unit_ids": ids}
+
+    a, b, c = (u.id for u in UNITS)
+    server.reply(json.dumps({"episodes": [episode([a, INVENTED]), episode([b, c])]}))
+    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    drafts = await writer.episodes(Scope(tenant, "ann", ZoneInfo("UTC")), UNITS, None)
+    assert [(d.source_ids, d.covers_ids) for d in drafts] == [((a,), (a,)), ((b, c), (b, c))]
+    await writer.client.aclose()

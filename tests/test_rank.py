@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -16,10 +17,12 @@ from memstream.recall.rank import (
     Scored,
     ancestor_ids,
     bm25_scores,
+    drop_phatic,
     keep_valid,
     leaf_scores,
     line_tokens,
     order,
+    phatic,
     plan_complexity,
     render_context,
     render_line,
@@ -333,10 +336,10 @@ def test_render_context_formats_dates_in_the_zone() -> None:
     assert text.splitlines() == [
         "[week 1 May 2023 – 7 May 2023] A busy week.",
         "[session 8 May 2023] Chat.",
-        "[unit 8 May 2023] I adopted a cat.",
+        "[8 May 2023] I adopted a cat.",
     ]
     late = item("l", start=datetime(2023, 5, 8, 23, 30, tzinfo=UTC))  # already 9 May in Lisbon
-    assert render_context([(late, 0.0)], zone) == "[unit 9 May 2023] x"
+    assert render_context([(late, 0.0)], zone) == "[9 May 2023] x"
     assert render_context([], zone) == ""
 
 
@@ -419,22 +422,46 @@ def test_select_returns_each_item_once_and_only_known_items(
 
 def test_an_item_costs_its_rendered_line_and_line_break() -> None:
     unit = item("u", text="I adopted\na cat.", start=datetime(2023, 5, 8, 9, 30, tzinfo=UTC))
-    line = "[unit 8 May 2023] I adopted a cat."  # 34 characters, and the line break: 35 -> 9 tokens
+    line = "[8 May 2023] I adopted a cat."  # 29 characters, and the line break: 30 -> 8 tokens
     assert render_line(unit, UTC_ZONE) == line
-    assert line_tokens(unit, UTC_ZONE) == 9
-    # A budget that holds the text alone (5 tokens) but not the line does not take it.
-    assert select([(unit, 1.0)], {}, 8, zone=UTC_ZONE) == []
-    assert select([(unit, 1.0)], {}, 9, zone=UTC_ZONE) == [(unit, 1.0)]
+    assert line_tokens(unit, UTC_ZONE) == 8
+    # A budget that holds the text alone (4 tokens) but not the line does not take it.
+    assert select([(unit, 1.0)], {}, 7, zone=UTC_ZONE) == []
+    assert select([(unit, 1.0)], {}, 8, zone=UTC_ZONE) == [(unit, 1.0)]
 
 
 def test_line_breaks_between_items_are_charged() -> None:
     # Lines of exactly 20 characters (5 tokens each): two of them and the break between are 41 characters,
     # 11 tokens, so a budget of 10 holds one.
-    a, b = item("a", text="ab"), item("b", text="cd")
+    a, b = item("a", text="abcdefg"), item("b", text="hijklmn")
     assert len(render_line(a, UTC_ZONE)) == 20
     out = select([(a, 1.0), (b, 0.9)], {}, 10, zone=UTC_ZONE)
     assert ids(out) == ["a"]
     assert tokens(render_context([(a, 1.0), (b, 0.9)], UTC_ZONE)) == 11
+
+
+def test_phatic_units_state_fewer_than_three_content_words() -> None:
+    thanks = item("t", text="Jon: Thanks, Gina!")  # the speaker's name is not counted
+    bye = item("b", text="Gina: Bye! See you.")
+    cats = item("c", text="Gina: Two cats, Luna and Oliver.")
+    summary = item("s", "session", text="Thanks!")
+    assert phatic(thanks) and phatic(bye)
+    assert not phatic(cats) and not phatic(summary)  # only units are judged
+    assert drop_phatic([(thanks, 0.9), (cats, 0.5), (summary, 0.4)]) == [(cats, 0.5), (summary, 0.4)]
+
+
+def test_a_units_event_time_is_rendered_when_it_is_not_the_day_it_was_said() -> None:
+    said = datetime(2023, 5, 25, 15, 0, tzinfo=UTC)
+    saturday = (datetime(2023, 5, 20, tzinfo=UTC), datetime(2023, 5, 21, tzinfo=UTC), "day")
+    last_year = (datetime(2022, 1, 1, tzinfo=UTC), datetime(2023, 1, 1, tzinfo=UTC), "year")
+    today = (datetime(2023, 5, 25, tzinfo=UTC), datetime(2023, 5, 26, tzinfo=UTC), "day")
+    ran = replace(item("r", text="I ran a race last Saturday."), start=said, event_times=(saturday, today))
+    assert render_line(ran, UTC_ZONE) == "[25 May 2023; about 20 May 2023] I ran a race last Saturday."
+    old = replace(item("o", text="A trip last year."), start=said, event_times=(last_year,))
+    assert render_line(old, UTC_ZONE) == "[25 May 2023; about 2022] A trip last year."
+    now = replace(item("n", text="Today."), start=said, event_times=(today,))
+    assert render_line(now, UTC_ZONE) == "[25 May 2023] Today."
+    assert line_tokens(ran, UTC_ZONE) == tokens(render_line(ran, UTC_ZONE) + "\n")  # the note is charged
 
 
 def test_order_puts_the_closest_in_time_first_within_a_level() -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumers.memories import MEMORIES, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.recall import rank
 from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
@@ -28,9 +29,11 @@ USER = TURNS[0].key
 NOW = max(t.ts for t in TURNS if t.key == USER)
 
 
-def ask(store: VectorStore, query: str, budget: int = 500) -> Recalled:
+def ask(store: VectorStore, query: str, budget: int = 500, levels: list[int] | None = None) -> Recalled:
     now = NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
-    return recall(store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget)
+    return recall(
+        store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget, levels=levels
+    )
 
 
 def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore) -> None:
@@ -46,12 +49,31 @@ def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore)
     assert "[" in result.context and "20" in result.context  # every line is dated
 
 
-def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: VectorStore) -> None:
+def test_by_default_only_leaves_and_no_phatic_units_are_returned(store: VectorStore) -> None:
     result = ask(store, "Summarise how my last months went and why", budget=3000)
+    assert result.items and {i.level for i, _ in result.items} == {rank.LEAF_LEVEL}
+    assert not any(rank.phatic(i) for i, _ in result.items)
+
+
+def test_tree_nodes_come_with_their_leaves_and_order_is_level_first(store: VectorStore) -> None:
+    result = ask(store, "Summarise how my last months went and why", budget=3000, levels=[1, 2, 3, 4, 5])
     assert result.complexity == "complex"
     levels = [i.level for i, _ in result.items]
     assert levels == sorted(levels, reverse=True)
     assert any(level >= 2 for level in levels), "propagation must reach session or higher nodes"
+
+
+def test_recall_items_credit_the_turns_their_text_carries_not_their_subtree(store: VectorStore) -> None:
+    result = ask(store, "Summarise how my last months went and why", budget=3000, levels=[1, 2, 3, 4, 5])
+    nodes = [i for i, _ in result.items if i.kind != "unit"]
+    stored = {h.id: memory_from_payload(h.payload) for h in store.retrieve(MEMORIES, [i.id for i in nodes])}
+    for item in nodes:
+        assert item.source_turn_ids == tuple(stored[item.id].source_turn_ids)
+        assert item.covers_turn_ids == tuple(stored[item.id].covers_turn_ids)
+    above = [i for i in nodes if i.level >= 3]
+    assert above and sum(len(i.source_turn_ids) for i in above) < sum(len(i.covers_turn_ids) for i in above)
+    for unit in (i for i, _ in result.items if i.kind == "unit"):
+        assert len(unit.source_turn_ids) == 1 and unit.covers_turn_ids == unit.source_turn_ids
 
 
 def test_a_time_intent_puts_items_inside_the_interval_first(store: VectorStore) -> None:

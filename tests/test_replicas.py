@@ -43,8 +43,8 @@ from memstream.kafka import partition_for, settled
 from memstream.sample import generate
 from memstream.settings import Settings
 from schemas.events import Turn
-from schemas.memory import MemoryKind
-from tests.conftest import Pipeline, make_pipeline, ready, stored, terminate, wait_for
+from schemas.memory import Memory, MemoryKind
+from tests.conftest import Pipeline, consolidated_units, make_pipeline, ready, stored, terminate, wait_for
 from tests.partitioners import librdkafka_consistent, produce
 from tests.test_faults import children
 
@@ -255,11 +255,14 @@ def turns_apart(a: dict[str, Any], b: dict[str, Any]) -> str:
     )
 
 
-def in_episodes(out: Outcome, field: str) -> list[str]:
-    """Request ids or unit ids named by episodes, one entry per episode naming it (a request may
-    be split into up to 3 episodes at long gaps; a unit is in one episode at most)."""
-    episodes = [m for m in out.memories.values() if m["kind"] == MemoryKind.EPISODE]
-    return sorted(i for m in episodes for i in m[field])
+def in_episodes(out: Outcome, what: str) -> list[str]:
+    """The request ids (``what="requests"``) or unit ids (``"units"``) episodes consolidated, one entry
+    per episode naming it (a request may be split into up to 3 episodes at long gaps; a unit is in
+    one episode at most)."""
+    episodes = [Memory.model_validate(m) for m in out.memories.values() if m["kind"] == MemoryKind.EPISODE]
+    return sorted(
+        i for m in episodes for i in (m.request_ids if what == "requests" else consolidated_units(m))
+    )
 
 
 def test_two_replicas_of_every_role_give_the_same_memory_and_answers_as_one(
@@ -291,7 +294,7 @@ def test_with_one_worker_killed_the_survivor_loses_and_doubles_nothing(
     assert facts["survivor_partitions"] == [0, 1]
     assert two.units == one.units  # every turn stored exactly once
     # The same consolidation requests folded in as one worker's; no unit in two episodes.
-    assert set(in_episodes(two, "request_ids")) == set(in_episodes(one, "request_ids"))
-    units = in_episodes(two, "source_unit_ids")
-    assert units == sorted(set(units)) and set(units) == set(in_episodes(one, "source_unit_ids"))
+    assert set(in_episodes(two, "requests")) == set(in_episodes(one, "requests"))
+    units = in_episodes(two, "units")
+    assert units == sorted(set(units)) and set(units) == set(in_episodes(one, "units"))
     assert two.recalls[0] == two.recalls[1]  # both gateways read the same memory

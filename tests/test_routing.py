@@ -45,7 +45,7 @@ from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.app import faust_settings
 from streams.ingest import Incoming, IngestProcessor, units_spec
 from streams.routing import misplaced
-from tests.conftest import make_pipeline, ready, wait_for
+from tests.conftest import consolidated_units, make_pipeline, ready, wait_for
 from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, produce, sarama_hash
 from tests.test_faults import metrics_ports, status_or_none
 
@@ -176,7 +176,7 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     assert Counter(f"{u.key}/{u.turn_id}" for _, u in units) == Counter(f"{t.key}/{t.turn_id}" for t in turns)
     assert all(p == partition_for(u.key.encode(), n) for p, u in units)
     requests = [ConsolidationRequest.from_bytes(v) for v in _values(settings, CONSOLIDATION.name)]
-    in_episodes = Counter(u for m in memories if m.kind == MemoryKind.EPISODE for u in m.source_unit_ids)
+    in_episodes = Counter(u for m in memories if m.kind == MemoryKind.EPISODE for u in consolidated_units(m))
     assert {r.user_id for r in requests} == set(users)
     assert {u for r in requests for u in r.unit_ids} <= set(in_episodes)
     assert max(in_episodes.values()) == 1

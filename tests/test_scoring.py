@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memstream.recall.rank import tokens
 from memstream.scoring import (
     Returned,
     answer_recall,
     content_words,
     id_recall,
     text_recall,
-    tokens,
     within_budget,
     words,
 )

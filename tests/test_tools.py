@@ -574,4 +574,5 @@ def test_tools_on_pipeline_memory_stay_within_the_user(pipeline: tuple[VectorSto
         assert [i.relation for i in ctx.items][:2] == ["node", "parent"]  # every unit sits under a session
         for result in (found, found_lex, facts, ctx):
             for i in result.items:
-                assert set(i.source_turn_ids) <= turns  # provenance: only this user's turns
+                # provenance: only this user's turns; what the text carries within what it covers
+                assert set(i.source_turn_ids) <= set(i.covers_turn_ids) <= turns

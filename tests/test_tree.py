@@ -11,8 +11,11 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from memstream.durative import cluster
 from memstream.tree import (
@@ -30,7 +33,7 @@ from memstream.tree import (
 )
 from memstream.windows import advance, close_idle
 from schemas.events import WindowClosed
-from schemas.memory import LEVEL, Memory, MemoryKind
+from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
 
 ZONE = ZoneInfo("Europe/Lisbon")
 T0 = datetime(2024, 1, 29, 9, 0, tzinfo=UTC)
@@ -135,6 +138,28 @@ def test_history_keeps_the_three_latest_of_a_level_and_the_state_round_trips() -
         state, _node, _ = build(state, window)
     assert [n.kind for n in state.history[MemoryKind.SESSION]] == [MemoryKind.SESSION] * 3
     assert TreeState.from_json(state.to_json()) == state
+
+
+def test_nodes_stored_before_covers_existed_read_with_covers_equal_to_source() -> None:
+    state = TreeState()
+    for window in windows_for([(30, 2, 5)] * 3):
+        state, _node, _ = build(state, window)
+    old = state.to_json()
+    for nodes in (*old["pending"].values(), *old["history"].values()):
+        for n in nodes:
+            n["source_turn_ids"] = ["t1", "t2"]
+            del n["covers_turn_ids"], n["sentence_turn_ids"]
+    back = TreeState.from_json(old)
+    assert {tuple(n.covers_turn_ids) for v in back.history.values() for n in v} == {("t1", "t2")}
+    node = back.history[MemoryKind.SESSION][0]
+    stored = MemoryUpdate(op=MemoryOp.UPSERT, memory_id=node.memory_id, tenant="t", user_id="u", memory=node)
+    payload = orjson.loads(stored.to_bytes())
+    del payload["memory"][
+        "covers_turn_ids"
+    ]  # what the memory.updates topic holds from before: reindex reads it
+    assert MemoryUpdate.from_bytes(orjson.dumps(payload)).memory == node
+    with pytest.raises(ValidationError, match="covers_turn_ids includes every source turn"):
+        Memory.model_validate({**node.model_dump(), "covers_turn_ids": ["t1"]})
 
 
 def test_replaying_a_window_changes_nothing() -> None:

@@ -490,6 +490,7 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
             score=round(score, 6),
             current=item.current,
             source_turn_ids=list(item.source_turn_ids),
+            covers_turn_ids=list(item.covers_turn_ids),
         )
         for item, score in result.items
     ]

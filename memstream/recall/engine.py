@@ -4,12 +4,13 @@
 2. leaf candidates, in two batched searches: the user's units, episodes and facts nearest the query, and
    the user's session nodes nearest it (their ``children`` name their units, so most units find their
    session without a lookup of their own); leaves scored λ·cosine + (1-λ)·BM25, a unit then gaining from
-   its neighbours in the dialogue (``rank.smooth_neighbours``);
+   its neighbours in the dialogue (``rank.smooth_neighbours``); phatic units dropped (``rank.phatic``);
 3. the activated leaves' ancestors: a unit's session, then days, weeks and profiles up ``parent_id``, one
    batched read per level;
 4. facts valid at the asked time (superseded ones only for questions about change);
-5. selection within ``budget_tokens`` (``rank.select``: leaves and the tree nodes that stand for relevant
-   leaves the budget cannot hold, inside the asked time first), ordering, and a rendered context with dates;
+5. selection within ``budget_tokens`` (``rank.select``: leaves by default, ``DEFAULT_LEVELS``; with tree
+   levels asked for, the nodes that stand for relevant leaves the budget cannot hold; inside the asked time
+   first), ordering, and a rendered context with dates (a unit's event time where it differs);
    each item is charged its rendered line, so the context itself fits the budget.
 
 Store round trips per call: two searches, at most ``MAX_SESSION_LOOKUPS`` session lookups for activated units
@@ -40,6 +41,11 @@ CANDIDATES = 40  # nearest episodes, and facts, fetched
 SESSION_CANDIDATES = 64  # nearest session nodes fetched, for their children lists
 MAX_SESSION_LOOKUPS = 8  # activated units whose session is looked up by its children when not fetched
 LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
+# What a recall without ``levels`` returns: the leaves alone. On LoCoMo dev, tree nodes chosen by gain per
+# token cost 4-13 points of text and 1-6 of answer recall at 500 and 1000 tokens against the leaves alone
+# (bench/RESULTS.md); the extractive nodes quote a few sentences of many turns. They stay reachable by
+# asking for their levels.
+DEFAULT_LEVELS = (rank.LEAF_LEVEL,)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ def recall(
     ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
 
     ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
-    personas) are returned, and they get the whole budget; None = every level."""
+    personas) are returned, and they get the whole budget; None = ``DEFAULT_LEVELS`` (leaves only). Phatic
+    units (``rank.phatic``) are never returned."""
     zone = zone or ZoneInfo("UTC")
     now = now if now.tzinfo else now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
@@ -78,7 +85,7 @@ def recall(
     scored = rank.keep_valid(
         list(zip(leaves, rank.leaf_scores(leaves, query), strict=True)), intent.asks_change, None
     )
-    scored = rank.smooth_neighbours(scored)
+    scored = rank.drop_phatic(rank.smooth_neighbours(scored))  # phatic turns still lift their neighbours
     activated = {item.id for item, _ in rank.top(scored, rank.ACTIVATED)}
     by_id, session_of = _ancestors(store, user_key, [i for i, _ in scored if i.id in activated], sessions)
     linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
@@ -91,7 +98,7 @@ def recall(
         by_id,
         budget_tokens,
         inside=lambda i: contains(intent, i.start, i.end),
-        levels=None if levels is None else frozenset(levels),
+        levels=frozenset(DEFAULT_LEVELS if levels is None else levels),
         zone=zone,
     )
     ordered = rank.order(selected, closeness)
@@ -173,8 +180,10 @@ def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
         end=None,
         recorded_at=unit.ts,
         source_turn_ids=(unit.turn_id,),
+        covers_turn_ids=(unit.turn_id,),
         dense=score,
         session_id=unit.session_id,
+        event_times=tuple((e.start, e.end, e.granularity.value) for e in unit.event_times),
     )
 
 
@@ -188,6 +197,7 @@ def item_of(memory: Memory, score: float) -> rank.Item:
         end=memory.end,
         recorded_at=memory.recorded_at,
         source_turn_ids=tuple(memory.source_turn_ids),
+        covers_turn_ids=tuple(memory.covers_turn_ids),
         parent_id=memory.parent_id,
         children=tuple(memory.children),
         current=memory.current,

@@ -49,6 +49,9 @@ ACTIVATED = 60
 LEVEL_DECAY = 0.9  # a node n levels above a leaf reports leaf_score * LEVEL_DECAY**n (presentation only)
 LEAF_LEVEL = 1
 CHARS_PER_TOKEN = 4
+# A unit with fewer distinct content words than this is phatic (``phatic``). 3 rather than 4: on LoCoMo
+# dev, 4 also dropped short answers ("Yes, two cats") and cost text recall (bench/RESULTS.md).
+MIN_CONTENT_WORDS = 3
 
 # A small English stop-word list: enough to stop "what/did/the" from dominating BM25 on short questions.
 _STOP_WORDS = """
@@ -89,12 +92,15 @@ class Item:
     start: datetime  # aware; the time it is about
     end: datetime | None  # exclusive; None = still holds
     recorded_at: datetime
-    source_turn_ids: tuple[str, ...]
+    source_turn_ids: tuple[str, ...]  # the turns its text carries: what recall credits
     parent_id: str | None = None
     children: tuple[str, ...] = ()
     current: bool = True  # False: a superseded fact, kept for history
     dense: float = 0.0  # cosine to the query, filled by the caller
     session_id: str | None = None  # units: the dialogue session they were said in
+    covers_turn_ids: tuple[str, ...] = ()  # every turn beneath it (Memory.covers_turn_ids); units: their turn
+    # units: when what they tell happened (TSM semantic time), [start, end) and its granularity
+    event_times: tuple[tuple[datetime, datetime, str], ...] = ()
 
 
 Scored = tuple[Item, float]
@@ -172,6 +178,20 @@ def smooth_neighbours(scored: Sequence[Scored], weight: float = NEIGHBOUR_WEIGHT
             if around:
                 out[n] = scored[n][1] + weight * max(around)
     return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
+
+
+def phatic(item: Item) -> bool:
+    """A unit that states next to nothing: fewer than ``MIN_CONTENT_WORDS`` distinct content words (stop
+    words and speaker names left out), e.g. "Thanks, Jon!" or "Bye!". It spends a context line on a
+    greeting or an acknowledgement; the turns around it keep their own scores."""
+    if item.kind != "unit":
+        return False
+    said = " ".join(line.partition(": ")[2] or line for line in item.text.splitlines())
+    return len(set(tokenize(said))) < MIN_CONTENT_WORDS
+
+
+def drop_phatic(scored: Sequence[Scored]) -> list[Scored]:
+    return [p for p in scored if not phatic(p[0])]
 
 
 def ancestor_ids(item: Item, by_id: Mapping[str, Item]) -> list[str]:
@@ -324,25 +344,52 @@ def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None 
     )
 
 
-def _format_date(d: date) -> str:
+def format_date(d: date) -> str:
     return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
 
 
 def _date_span(item: Item, zone: ZoneInfo) -> str:
     first = item.start.astimezone(zone).date()
     if item.end is None or item.end <= item.start:
-        return _format_date(first)
+        return format_date(first)
     # end is exclusive: a week [1 May 00:00, 8 May 00:00) is "1 May – 7 May".
     last = (item.end - timedelta(microseconds=1)).astimezone(zone).date()
     if last <= first:
-        return _format_date(first)
-    return f"{_format_date(first)} – {_format_date(last)}"
+        return format_date(first)
+    return f"{format_date(first)} – {format_date(last)}"
+
+
+def _event_date(start: datetime, granularity: str, zone: ZoneInfo) -> str:
+    d = start.astimezone(zone).date()
+    if granularity == "year":
+        return str(d.year)
+    if granularity in ("month", "season"):
+        return f"{_MONTHS[d.month - 1]} {d.year}"
+    if granularity in ("week", "weekend"):
+        return f"week of {format_date(d)}"
+    return format_date(d)
+
+
+def _event_note(item: Item, zone: ZoneInfo) -> str:
+    """The note "; about <when>" for a unit's event times that do not contain the day it was said: "I ran
+    a race last Saturday", said on 25 May, reads "[25 May 2023; about 20 May 2023]"."""
+    said = item.start.astimezone(zone).date()
+    named = dict.fromkeys(
+        _event_date(start, granularity, zone)
+        for start, end, granularity in item.event_times
+        if not start.astimezone(zone).date() <= said < end.astimezone(zone).date()
+    )
+    return f"; about {', '.join(named)}" if named else ""
 
 
 def render_line(item: Item, zone: ZoneInfo) -> str:
-    """The line an item takes in a context: "[<kind> <date or date range in zone>] <text>", the text folded
-    onto one line."""
-    return f"[{item.kind} {_date_span(item, zone)}] {' '.join(item.text.split())}"
+    """The line an item takes in a context, its text folded onto one line: "[<date>] <text>" for a leaf
+    (a unit's event times appended when they differ from the day it was said, ``_event_note``), "[<kind>
+    <date range>] <text>" for a tree node. Leaves carry no kind: the tokens go to text."""
+    text = " ".join(item.text.split())
+    if item.level == LEAF_LEVEL:
+        return f"[{_date_span(item, zone)}{_event_note(item, zone)}] {text}"
+    return f"[{item.kind} {_date_span(item, zone)}] {text}"
 
 
 def render_context(selected: Sequence[Scored], zone: ZoneInfo) -> str:

@@ -239,6 +239,7 @@ def _tool_item(
             "end": item.end,
             "recorded_at": item.recorded_at,
             "source_turn_ids": list(item.source_turn_ids),
+            "covers_turn_ids": list(item.covers_turn_ids),
             "score": score,
             "parent_id": item.parent_id,
             "children": list(item.children),
