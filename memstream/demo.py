@@ -124,10 +124,11 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
 
 
 # What an agent would ask at the end of the sample: an episode (the move as it went), a fact and
-# the one it superseded (where the user lives), and a question scoped to a time.
+# the one it superseded (a question about change keeps superseded facts, marked so), and a question
+# scoped to a time.
 QUESTIONS = (
-    "What has been going on with my move lately?",
-    "Where do I live now?",
+    "How did my move go over the last few weeks?",
+    "Where did I live before, and where do I live now?",
     "What did I do last weekend?",
 )
 
@@ -141,10 +142,22 @@ def _ask(gateway: str, user_id: str, now: datetime) -> None:
         body = {"user_id": user_id, "query": query, "now": asked_at, "budget_tokens": 400}
         answer = httpx.post(f"{gateway}/v1/recall", json=body, headers=headers, timeout=60).json()
         print(f"\nPOST /v1/recall  {user_id} at {asked_at[:16]}: {query!r}  ({answer['tokens']} tokens)")
-        for item in answer["items"][:6]:
+        for item in answer["items"]:
             mark = "" if item["current"] else " SUPERSEDED"
             when = (item.get("event_start") or item.get("dialogue_time") or "")[:10]
             print(f"  [{item['kind']}{mark} {when}] {' '.join(item['text'].split())[:150]}")
+    # Where the user lives, as facts: the agent tool an agent calls for "where did I live before?",
+    # superseded facts included; the old city's fact is marked SUPERSEDED by the move.
+    args = {"predicate": "lives in", "include_superseded": True, "order_by": "start"}
+    body = {"user_id": user_id, "arguments": args}
+    facts = httpx.post(
+        f"{gateway}/v1/tools/find_entity_contexts", json=body, headers=headers, timeout=60
+    ).json()
+    print(f"\nPOST /v1/tools/find_entity_contexts  {user_id}: {json.dumps(args)}  ({facts['total']} facts)")
+    for item in facts["items"]:
+        mark = "" if item["current"] else " SUPERSEDED"
+        triple = " | ".join(str(v) for v in (item["triple"] or {}).values())
+        print(f"  [fact{mark} {item['start'][:10]}] {triple}")
 
 
 def _status(settings: Settings) -> dict[str, Any] | None:
