@@ -123,15 +123,41 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
             proc.kill()
 
 
+# What an agent would ask at the end of the sample: an episode (the move as it went), a fact and
+# the one it superseded (a question about change keeps superseded facts, marked so), and a question
+# scoped to a time.
+QUESTIONS = (
+    "How did my move go over the last few weeks?",
+    "Where did I live before, and where do I live now?",
+    "What did I do last weekend?",
+)
+
+
 def _ask(gateway: str, user_id: str, now: datetime) -> None:
-    """One recall through the query gateway, as an agent would ask it."""
-    query = "What has been going on with my move lately?"
-    body = {"user_id": user_id, "query": query, "now": now.replace(tzinfo=now.tzinfo or UTC).isoformat()}
+    """Recalls through the query gateway, as an agent would ask them; each item with its kind, its
+    dates and whether it is current (a superseded fact is marked so)."""
     headers = {"Authorization": f"Bearer {DEMO_KEY}"}
-    answer = httpx.post(f"{gateway}/v1/recall", json=body, headers=headers, timeout=60).json()
-    print(f"\nPOST {gateway}/v1/recall  {user_id}: {query!r}  ({answer['tokens']} tokens)")
-    for line in answer["context"].splitlines()[:8]:
-        print(f"  {line[:160]}")
+    asked_at = now.replace(tzinfo=now.tzinfo or UTC).isoformat()
+    for query in QUESTIONS:
+        body = {"user_id": user_id, "query": query, "now": asked_at, "budget_tokens": 400}
+        answer = httpx.post(f"{gateway}/v1/recall", json=body, headers=headers, timeout=60).json()
+        print(f"\nPOST /v1/recall  {user_id} at {asked_at[:16]}: {query!r}  ({answer['tokens']} tokens)")
+        for item in answer["items"]:
+            mark = "" if item["current"] else " SUPERSEDED"
+            when = (item.get("event_start") or item.get("dialogue_time") or "")[:10]
+            print(f"  [{item['kind']}{mark} {when}] {' '.join(item['text'].split())[:150]}")
+    # Where the user lives, as facts: the agent tool an agent calls for "where did I live before?",
+    # superseded facts included; the old city's fact is marked SUPERSEDED by the move.
+    args = {"predicate": "lives in", "include_superseded": True, "order_by": "start"}
+    body = {"user_id": user_id, "arguments": args}
+    facts = httpx.post(
+        f"{gateway}/v1/tools/find_entity_contexts", json=body, headers=headers, timeout=60
+    ).json()
+    print(f"\nPOST /v1/tools/find_entity_contexts  {user_id}: {json.dumps(args)}  ({facts['total']} facts)")
+    for item in facts["items"]:
+        mark = "" if item["current"] else " SUPERSEDED"
+        triple = " | ".join(str(v) for v in (item["triple"] or {}).values())
+        print(f"  [fact{mark} {item['start'][:10]}] {triple}")
 
 
 def _status(settings: Settings) -> dict[str, Any] | None:
