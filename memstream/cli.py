@@ -171,11 +171,17 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--dir", type=Path, help="output directory (default: the package's schemas/json)")
     ex.set_defaults(func=_cmd_schemas_export)
 
-    sa = sub.add_parser("sample", help="write the synthetic sample conversation set as JSONL")
-    sa.add_argument("out", type=Path)
-    sa.add_argument("--users", type=int, default=5)
-    sa.add_argument("--days", type=int, default=45)
-    sa.add_argument("--seed", type=int, default=7)
+    sa = sub.add_parser(
+        "sample",
+        help="write the synthetic sample conversation set as JSONL",
+        description="Write coherent user/assistant chats (a move, a new job, weekly hobbies, time "
+        "expressions true to each turn's date) as JSONL turns for `memstream replay`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sa.add_argument("out", type=Path, help="the JSONL file to write")
+    sa.add_argument("--users", type=int, default=5, help="how many users")
+    sa.add_argument("--days", type=int, default=45, help="days of conversation per user")
+    sa.add_argument("--seed", type=int, default=7, help="random seed: the same seed writes the same file")
     sa.set_defaults(func=_cmd_sample)
 
     de = sub.add_parser("demo", help="run everything on the bundled sample set and print what happened")

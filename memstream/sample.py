@@ -404,12 +404,7 @@ def _moving(p: Persona, said: date) -> list[Slot]:
                 (f"Now I live in {new}, near {near_new}.", f"Enjoy {near_new}."),
                 (f"Now we live in {new}, a short walk from {near_new}.", "A good place to settle in."),
             ],
-            [
-                (
-                    f"We moved to {new} {when(day, said)}; the flat is still full of boxes.",
-                    "Settling in takes a few weeks.",
-                )
-            ],
+            [_settling(p, said)],
         ]
         if -to_move >= 5:
             morning = f"Since the move to {new} I walk along {near_new} every morning."
@@ -429,6 +424,27 @@ def _moving(p: Persona, said: date) -> list[Slot]:
         ],
         *([visiting] if abs((visit - said).days) <= 14 else []),
     ]
+
+
+def _settling(p: Persona, said: date) -> tuple[str, str]:
+    """How far the unpacking is, ``said`` after the move: one state a day, so it reads as progress
+    rather than the same complaint for three weeks."""
+    since = (said - p.move_day).days
+    if since < 4:
+        return (
+            f"We moved to {p.new_home} {when(p.move_day, said)}; the flat is still full of boxes.",
+            "Settling in takes a few weeks.",
+        )
+    done = p.move_day + timedelta(days=9)  # the last box, a week and a bit after the move
+    if said < done:
+        return (
+            f"We moved to {p.new_home} {when(p.move_day, said)}; half the boxes are unpacked now.",
+            "One room at a time.",
+        )
+    return (
+        f"We unpacked the last box {when(done, said)}; the flat in {p.new_home} feels like home now.",
+        "That's a milestone.",
+    )
 
 
 def _work(p: Persona, said: date) -> list[Slot]:
