@@ -25,7 +25,7 @@ from memstream.store.shards import EdgeShards
 from memstream.units import UNITS
 from streams.ingest import Incoming, IngestProcessor, units_spec
 
-TURNS = list(generate(users=3, days=20, seed=9))
+TURNS = list(generate(users=3, days=45, seed=9))  # 197 store calls: every injected fault happens
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
 BATCH = 64
 
