@@ -435,7 +435,7 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
         try:
             events = asyncio.run(
                 ingest_all(
-                    IngestProcessor(settings, embedder, shards), list(generate(users=1, days=10, seed=3)), 64
+                    IngestProcessor(settings, embedder, shards), list(generate(users=1, days=20, seed=3)), 64
                 )
             )
             consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
