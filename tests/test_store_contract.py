@@ -440,12 +440,15 @@ def test_collection_without_a_sparse_vector_answers_dense_only(store: VectorStor
     assert [h.id for h in hits] == dense
 
 
-def test_edge_reopens_a_dense_only_shard_under_a_sparse_spec(tmp_path: Path) -> None:
+def test_edge_reopens_a_dense_only_shard_under_a_sparse_spec(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     old = EdgeStore(tmp_path)
     old.ensure_collection(DENSE_ONLY)
     old.close()
     store = EdgeStore(tmp_path)
     store.ensure_collection(replace(DENSE_ONLY, sparse_vector="text"))
+    assert "dense candidates only" in caplog.text  # the operator learns why and what to do
     query, _ = seed_texts(store, "old")
     mine = Filter(equals={"user": "a"})
     hits = store.search_many("old", [lexical_query(query, mine, "zanzibar")])[0]

@@ -13,12 +13,15 @@ with a vector its segments lack; rebuilding the collection is how an old store g
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+log = logging.getLogger("memstream")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,16 @@ def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, p
         out.extend(hits)
         if offset is None:
             return out
+
+
+def warn_dense_only(collection: str, sparse: str) -> None:
+    log.warning(
+        "collection %r has no sparse vector %r (made before it had one): its searches use dense "
+        "candidates only; replay into a fresh store to add it (README, stores made before units had a "
+        "sparse vector)",
+        collection,
+        sparse,
+    )
 
 
 class StoreUnavailable(RuntimeError):

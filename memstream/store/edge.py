@@ -43,7 +43,15 @@ from qdrant_edge import Filter as EdgeFilter
 from qdrant_edge import Point as EdgePoint
 from qdrant_edge import SparseVector as EdgeSparseVector
 
-from memstream.store.base import CollectionSpec, Filter, Hit, Point, SearchQuery, SparseVector
+from memstream.store.base import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Point,
+    SearchQuery,
+    SparseVector,
+    warn_dense_only,
+)
 
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, PointId, Vector
@@ -87,9 +95,12 @@ class EdgeStore:
                 # A shard made before the collection had a sparse vector: Edge cannot add one to its
                 # segments, so it keeps answering dense-only until it is rebuilt.
                 try:
-                    return EdgeShard.load(str(path), _config(spec.dim, None)), None
+                    shard = EdgeShard.load(str(path), _config(spec.dim, None))
                 except Exception:
                     pass
+                else:
+                    warn_dense_only(spec.name, spec.sparse_vector)
+                    return shard, None
             # Edge raises a bare Exception for every failure; if the shard opens without our config,
             # the config was the problem (not, say, another process holding the WAL).
             if not _opens_as_stored(path):

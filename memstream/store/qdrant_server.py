@@ -25,6 +25,7 @@ from memstream.store.base import (
     SearchQuery,
     SparseVector,
     StoreUnavailable,
+    warn_dense_only,
 )
 
 _RETRYABLE_HTTP = frozenset({408, 429})
@@ -89,6 +90,8 @@ class QdrantServerStore:
             # A collection created before it had a sparse vector keeps answering dense-only.
             stored = info.config.params.sparse_vectors or {}
             self._sparse[spec.name] = spec.sparse_vector if spec.sparse_vector in stored else None
+            if spec.sparse_vector is not None and spec.sparse_vector not in stored:
+                warn_dense_only(spec.name, spec.sparse_vector)
             wanted: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {}
             if spec.tenant_field is not None:
                 wanted[spec.tenant_field] = models.KeywordIndexParams(
