@@ -2,10 +2,12 @@
 holding N units and the memories consolidation built from them.
 
     python bench/recall.py --units 100000 --embedder hash --queries 300 --json
+    python bench/recall.py --units 100000 --users 1000 --lexical 0 100 --json   # dense-only vs lexical
 
 Builds the store in process (generated conversations through the ingest processor, then the
 extractive consolidators), then times recall for questions drawn from the generator's topics,
 for random users, with ``now`` = the user's last turn. The store is the embedded Qdrant Edge.
+With several ``--lexical`` values, each question is timed once per value, in turn, on the same store.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from consumers import build_consolidation
 from consumers.memories import MEMORIES, memories_spec
 from consumers.offline import consolidate_all, ingest_all
 from memstream.embedders import make_embedder
+from memstream.recall import engine
 from memstream.recall.engine import recall
 from memstream.sample import generate
 from memstream.settings import Settings
@@ -76,7 +79,9 @@ def _progress(stage: str, done: int, total: int) -> None:
         print(f"\r{stage} {done:,}/{total:,}   ", end="", file=sys.stderr, flush=True)
 
 
-async def run(units: int, users: int, queries: int, embedder: str, budget: int) -> dict[str, Any]:
+async def run(
+    units: int, users: int, queries: int, embedder: str, budget: int, lexical: list[int]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memstream-bench-recall-") as tmp:
         settings = Settings(data_dir=Path(tmp), embedder=embedder)
         shards, info = await build(settings, units, users)
@@ -84,19 +89,22 @@ async def run(units: int, users: int, queries: int, embedder: str, budget: int) 
         store = shards.get(0)
         rng = random.Random(7)
         keys = sorted(info["last"])
-        latencies: list[float] = []
-        returned: list[int] = []
-        for _ in range(queries):
+        latencies: dict[int, list[float]] = {n: [] for n in lexical}
+        returned: dict[int, list[int]] = {n: [] for n in lexical}
+        for q in range(queries):
             key = rng.choice(keys)
             question = rng.choice(QUESTIONS).format(topic=rng.choice(info["topics"][key]))
             now = info["last"][key]
             now = now if now.tzinfo else now.replace(tzinfo=UTC)
-            t0 = time.perf_counter()
-            result = recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
-            latencies.append((time.perf_counter() - t0) * 1000)
-            returned.append(len(result.items))
+            first = q % len(lexical)  # each value goes first in turn
+            for n in lexical[first:] + lexical[:first]:
+                engine.LEXICAL_CANDIDATES = n  # the engine reads it per call
+                t0 = time.perf_counter()
+                result = recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
+                latencies[n].append((time.perf_counter() - t0) * 1000)
+                returned[n].append(len(result.items))
         shards.close()
-    qs = statistics.quantiles(latencies, n=100)
+    runs = [_summary(n, latencies[n], returned[n]) for n in lexical]
     return {
         "units": info["units"],
         "memories": info["memories"],
@@ -104,14 +112,23 @@ async def run(units: int, users: int, queries: int, embedder: str, budget: int) 
         "embedder": embedder,
         "budget_tokens": budget,
         "queries": queries,
-        "p50_ms": round(statistics.median(latencies), 2),
-        "p95_ms": round(qs[94], 2),
-        "p99_ms": round(qs[98], 2),
-        "items_median": statistics.median(returned),
+        **runs[0],
+        "runs": runs,
         "build_s": info["build_s"],
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
         f"{platform.python_version()}",
+    }
+
+
+def _summary(lexical: int, latencies: list[float], returned: list[int]) -> dict[str, Any]:
+    qs = statistics.quantiles(latencies, n=100)
+    return {
+        "lexical_candidates": lexical,
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p95_ms": round(qs[94], 2),
+        "p99_ms": round(qs[98], 2),
+        "items_median": statistics.median(returned),
     }
 
 
@@ -122,16 +139,26 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--budget", type=int, default=1000, help="budget_tokens per recall")
     p.add_argument("--embedder", choices=["hash", "minilm"], default="hash")
+    p.add_argument(
+        "--lexical",
+        type=int,
+        nargs="+",
+        default=[engine.LEXICAL_CANDIDATES],
+        help="lexical (BM25) unit candidates per recall, 0 = dense only (default %(default)s); "
+        "several values are timed alternately on one store",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
-    result = asyncio.run(run(args.units, args.users, args.queries, args.embedder, args.budget))
+    result = asyncio.run(run(args.units, args.users, args.queries, args.embedder, args.budget, args.lexical))
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:
-        print(
-            f"recall over {result['units']:,} units + {result['memories']:,} memories: "
-            f"p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms"
-        )
+        for r in result["runs"]:
+            print(
+                f"recall over {result['units']:,} units + {result['memories']:,} memories, "
+                f"{r['lexical_candidates']} lexical candidates: "
+                f"p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms"
+            )
 
 
 if __name__ == "__main__":

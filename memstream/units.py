@@ -26,6 +26,7 @@ BUFFER_FIELD = "buffer"
 # On a trigger unit: the ConsolidationRequest (JSON) it fired, so a redelivery can publish it again.
 FIRED_FIELD = "fired_request"
 UNIT_FIELD = "unit"  # the Unit record as JSON
+TEXT_VECTOR = "text"  # the units' sparse vector: the unit's text as BM25 terms (memstream.lexical)
 
 
 def render_text(messages: Sequence[Message]) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from memstream import metrics
+from memstream import lexical, metrics
 from memstream.embedders.base import Embedder, Vectors
 from memstream.recurrence import Neighbour, recurrence, top_k
 from memstream.semantic_time import extract_event_times
@@ -31,6 +31,7 @@ from memstream.units import (
     FIRED_FIELD,
     STATE_FIELD,
     TENANT_FIELD,
+    TEXT_VECTOR,
     UNITS,
     USER_FIELD,
     build_unit,
@@ -51,6 +52,7 @@ def units_spec(dim: int) -> CollectionSpec:
         keyword_fields=(USER_FIELD, STATE_FIELD, BUFFER_FIELD),
         numeric_fields=("ts_epoch",),
         tenant_field=TENANT_FIELD,
+        sparse_vector=TEXT_VECTOR,
     )
 
 
@@ -277,7 +279,7 @@ class IngestProcessor:
                     payload |= CONSOLIDATED_PAYLOAD
                 if unit.unit_id in fired:
                     payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
-                points.append(Point(unit.unit_id, vector, payload))
+                points.append(Point(unit.unit_id, vector, payload, lexical.encode_document(unit.text)))
             store.upsert(UNITS, points)
             for unit in new:
                 if unit.key in latest:

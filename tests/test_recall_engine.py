@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -11,12 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers.memories import MEMORIES, memory_from_payload
+from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
-from memstream.recall import rank
+from memstream.recall import engine, rank
 from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
 from memstream.recall.time_intent import contains, distance
+from memstream.settings import Settings
 from memstream.store.base import VectorStore
+from memstream.store.shards import EdgeShards
+from schemas.events import Message, Turn
+from streams.ingest import Incoming, IngestProcessor, units_spec
 from tests.test_consolidation import TURNS
 
 
@@ -179,3 +185,48 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
 
 def _now() -> datetime:
     return NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
+
+
+DECOYS = [f"The festival trip plans are coming along, {w} festival trip plans." for w in ("a", "b", "c")]
+
+
+def _lexical_store(tmp_path: Path) -> EdgeShards:
+    """One user: a dozen turns that share most of the question's words, and one that says only its
+    rarest word, so the dense list misses it when it is short."""
+    turns = [
+        Turn(
+            tenant="t",
+            user_id="anna",
+            session_id="s1",
+            turn_id=f"turn-{i}",
+            ts=datetime(2024, 5, 1, 10, i, tzinfo=UTC),
+            messages=[Message(speaker="Anna", content=text)],
+        )
+        for i, text in enumerate([*(DECOYS * 4), "My cousin finally booked Zanzibar for the spring."])
+    ]
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), memories_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
+    asyncio.run(processor.process(records, {}))
+    return shards
+
+
+@pytest.mark.parametrize(("lexical", "found"), [(engine.LEXICAL_CANDIDATES, True), (0, False)])
+def test_a_unit_saying_the_questions_words_is_a_candidate_beyond_the_dense_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lexical: int, found: bool
+) -> None:
+    shards = _lexical_store(tmp_path)
+    monkeypatch.setattr(engine, "UNIT_CANDIDATES", 5)  # a dense list that covers a few of the user's units
+    monkeypatch.setattr(engine, "LEXICAL_CANDIDATES", lexical)
+    result = recall(
+        shards.get(0),
+        HashingEmbedder(384),
+        user_key="t/anna",
+        query="Are the festival trip plans for Zanzibar coming along?",
+        now=datetime(2024, 5, 2, tzinfo=UTC),
+        budget_tokens=2000,
+    )
+    shards.close()
+    assert any("Zanzibar" in i.text for i, _ in result.items) is found  # every candidate fits the budget
+    zanzibar = [i for i, _ in result.items if "Zanzibar" in i.text]
+    assert all(0 < i.dense < max(j.dense for j, _ in result.items) for i in zanzibar)  # it kept its cosine

@@ -11,6 +11,7 @@ import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 import memstream
+from memstream import lexical
 from memstream.store import (
     CollectionSpec,
     Filter,
@@ -43,8 +45,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:U
 
 DIM = 8
 SPEC = CollectionSpec(
-    name="units", dim=DIM, keyword_fields=("user", "session"), numeric_fields=("ts",), tenant_field="tenant"
+    name="units",
+    dim=DIM,
+    keyword_fields=("user", "session"),
+    numeric_fields=("ts",),
+    tenant_field="tenant",
+    sparse_vector="text",
 )
+DENSE_ONLY = CollectionSpec(name="old", dim=DIM, keyword_fields=("user",))  # as made before sparse vectors
 Vec = npt.NDArray[np.float32]
 
 
@@ -339,6 +347,113 @@ def test_filter_rejects_booleans() -> None:
     # Qdrant Edge 0.9 cannot match a stored boolean, so no adapter may accept one.
     with pytest.raises(TypeError, match="bool"):
         Filter(equals={"valid": True})
+
+
+# --- lexical candidates: sparse prefetch joined to the dense one ----------------------------------
+
+TEXTS = [f"we talked about the garden and the weather, day {i}" for i in range(20)]
+
+
+def seed_texts(store: VectorStore, collection: str = SPEC.name) -> tuple[Vec, dict[str, Vec]]:
+    """20 points per user (a and b, same vectors and texts); the query vector's farthest point says a
+    word no other point says. Returns the query vector and the vectors by id."""
+    vecs = rand_vecs(20, seed=5)
+    query = rand_vecs(1, seed=6)[0]
+    far = min(range(20), key=lambda i: cosine(query, vecs[i]))
+    texts = list(TEXTS)
+    texts[far] = "my cousin flew to zanzibar for the festival"
+    texts[(far + 1) % 20] = "trip trip"  # a common word, twice in a short text: strong tf, weak idf
+    for i in range(20):
+        if i not in (far, (far + 1) % 20) and i % 2:
+            texts[i] += " and our trip"
+    points, by_id = [], {}
+    for u, user in enumerate(("a", "b")):
+        for i in range(20):
+            point_id = pid(u * 20 + i)
+            payload = {"user": user, "ts": 1000 + i, "text": texts[i], "far": int(i == far)}
+            points.append(Point(point_id, vecs[i], payload, lexical.encode_document(texts[i])))
+            by_id[point_id] = vecs[i]
+    store.upsert(collection, points)
+    return query, by_id
+
+
+def lexical_query(query: Vec, flt: Filter, text: str, limit: int = 5, sparse_limit: int = 3) -> SearchQuery:
+    return SearchQuery(query, limit, flt, sparse=lexical.encode_query(text), sparse_limit=sparse_limit)
+
+
+def test_lexical_match_outside_the_dense_top_k_is_found(store: VectorStore) -> None:
+    query, by_id = seed_texts(store)
+    mine = Filter(equals={"user": "a"})
+    dense = search(store, SPEC.name, query, 5, mine)
+    assert not any(h.payload["far"] for h in dense)
+    hits = store.search_many(SPEC.name, [lexical_query(query, mine, "Who went to Zanzibar?")])[0]
+    far = [h for h in hits if h.payload["far"]]
+    assert len(far) == 1 and far[0].payload["user"] == "a"
+    # The union of both branches, each hit with its cosine, best first.
+    assert {h.id for h in hits} == {h.id for h in dense} | {far[0].id}
+    for h in hits:
+        assert h.score == pytest.approx(cosine(query, by_id[h.id]), abs=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_sparse_branch_ranks_by_idf_weighted_bm25(store: VectorStore) -> None:
+    """ "trip trip" has the higher term weight, "zanzibar" the rarer word: with the store's IDF the rare
+    word's point is the one sparse candidate."""
+    query, _ = seed_texts(store)
+    mine = Filter(equals={"user": "a"})
+    dense_ids = {h.id for h in search(store, SPEC.name, query, 1, mine)}
+    hits = store.search_many(SPEC.name, [lexical_query(query, mine, "zanzibar trip", 1, 1)])[0]
+    lexical_hits = [h for h in hits if h.id not in dense_ids]
+    assert [h.payload["text"] for h in lexical_hits] == ["my cousin flew to zanzibar for the festival"]
+
+
+def test_filters_apply_to_both_branches(store: VectorStore) -> None:
+    query, _ = seed_texts(store)
+    mine = Filter(equals={"user": "b"}, ranges={"ts": Range(gte=1000)})
+    hits = store.search_many(SPEC.name, [lexical_query(query, mine, "zanzibar", 20, 5)])[0]
+    assert len(hits) == 20 and {h.payload["user"] for h in hits} == {"b"}
+    far_b = next(h.id for h in hits if h.payload["far"])
+    without = Filter(equals={"user": "b"}, exclude_ids=[far_b])
+    hits = store.search_many(SPEC.name, [lexical_query(query, without, "zanzibar", 3, 5)])[0]
+    assert len(hits) == 3 and not any(h.payload["far"] for h in hits)  # no lexical match left to add
+
+
+def test_sparse_query_without_terms_or_limit_is_dense_only(store: VectorStore) -> None:
+    query, _ = seed_texts(store)
+    mine = Filter(equals={"user": "a"})
+    dense = [h.id for h in search(store, SPEC.name, query, 5, mine)]
+    stop_words_only = lexical_query(query, mine, "what did they do?")
+    no_limit = lexical_query(query, mine, "zanzibar", sparse_limit=0)
+    for hits in store.search_many(SPEC.name, [stop_words_only, no_limit]):
+        assert [h.id for h in hits] == dense
+
+
+def test_collection_without_a_sparse_vector_answers_dense_only(store: VectorStore) -> None:
+    """A collection made before sparse vectors, ensured again by a spec that has one: points keep
+    their dense vectors, sparse queries get the dense answer."""
+    store.ensure_collection(DENSE_ONLY)
+    store.ensure_collection(replace(DENSE_ONLY, sparse_vector="text"))
+    query, _ = seed_texts(store, "old")
+    mine = Filter(equals={"user": "a"})
+    dense = [h.id for h in search(store, "old", query, 5, mine)]
+    hits = store.search_many("old", [lexical_query(query, mine, "zanzibar")])[0]
+    assert [h.id for h in hits] == dense
+
+
+def test_edge_reopens_a_dense_only_shard_under_a_sparse_spec(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = EdgeStore(tmp_path)
+    old.ensure_collection(DENSE_ONLY)
+    old.close()
+    store = EdgeStore(tmp_path)
+    store.ensure_collection(replace(DENSE_ONLY, sparse_vector="text"))
+    assert "dense candidates only" in caplog.text  # the operator learns why and what to do
+    query, _ = seed_texts(store, "old")
+    mine = Filter(equals={"user": "a"})
+    hits = store.search_many("old", [lexical_query(query, mine, "zanzibar")])[0]
+    assert [h.id for h in hits] == [h.id for h in search(store, "old", query, 5, mine)]
+    store.close()
 
 
 # --- Qdrant Edge only: durability -------------------------------------------------------------

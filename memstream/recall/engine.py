@@ -1,10 +1,12 @@
 """Recall over one user's store: the thin shell around the pure steps of ``time_intent`` and ``rank``.
 
 1. time intent (TSM) and complexity plan (TiMem);
-2. leaf candidates, in two batched searches: the user's units, episodes and facts nearest the query, and
-   the user's session nodes nearest it (their ``children`` name their units, so most units find their
-   session without a lookup of their own); leaves scored λ·cosine + (1-λ)·BM25, a unit then gaining from
-   its neighbours in the dialogue (``rank.smooth_neighbours``); phatic units dropped (``rank.phatic``);
+2. leaf candidates, in two batched searches: the user's units nearest the query joined to those that
+   match its words best (BM25 inside the store, ``LEXICAL_CANDIDATES``), episodes and facts nearest
+   the query, and the user's session nodes nearest it (their ``children`` name their units, so most
+   units find their session without a lookup of their own); leaves scored λ·cosine + (1-λ)·BM25, a
+   unit then gaining from its neighbours in the dialogue (``rank.smooth_neighbours``); phatic units
+   dropped (``rank.phatic``);
 3. the activated leaves' ancestors: a unit's session, then days, weeks and profiles up ``parent_id``, one
    batched read per level;
 4. facts valid at the asked time (superseded ones only for questions about change);
@@ -29,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from consumers.memories import KIND_FIELD, MEMORIES, memory_from_payload
+from memstream import lexical
 from memstream.embedders.base import Embedder
 from memstream.recall import rank
 from memstream.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
@@ -37,6 +40,12 @@ from memstream.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.memory import Memory, MemoryKind
 
 UNIT_CANDIDATES = 300  # nearest units fetched: BM25 and the neighbour smoothing rerank within them
+# Units fetched by the store's BM25 (the units' sparse vector) besides the dense ones, so that a unit which
+# says the question's words is a candidate even when its cosine is not among the user's nearest 300: with
+# thousands of units per user the dense list covers a small share of them. 100 is about what the budget
+# can use (20-40 units fit 1,000 tokens) with room for the lexical order to be imperfect; the store pays
+# little for it (bench/RESULTS.md).
+LEXICAL_CANDIDATES = 100
 CANDIDATES = 40  # nearest episodes, and facts, fetched
 SESSION_CANDIDATES = 64  # nearest session nodes fetched, for their children lists
 MAX_SESSION_LOOKUPS = 8  # activated units whose session is looked up by its children when not fetched
@@ -79,7 +88,7 @@ def recall(
     complexity = rank.plan_complexity(query, bool(intent.intervals))
     vector = embedder.embed([query])[0]
 
-    leaves, sessions = _candidates(store, vector, user_key)
+    leaves, sessions = _candidates(store, vector, query, user_key)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -106,11 +115,15 @@ def recall(
 
 
 def _candidates(
-    store: VectorStore, vector: npt.NDArray[np.float32], user_key: str
+    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str
 ) -> tuple[list[rank.Item], list[rank.Item]]:
-    """The leaves nearest the query (units, episodes, facts) and the session nodes nearest it."""
+    """The leaves nearest the query (units, episodes, facts; units also by BM25) and the session nodes
+    nearest it. Every candidate carries its cosine: the store rescores the lexical ones densely."""
     mine = Filter(equals={USER_FIELD: user_key})
-    units_hits = store.search_many(UNITS, [SearchQuery(vector, UNIT_CANDIDATES, mine)])[0]
+    units_query = SearchQuery(
+        vector, UNIT_CANDIDATES, mine, sparse=lexical.encode_query(query), sparse_limit=LEXICAL_CANDIDATES
+    )
+    units_hits = store.search_many(UNITS, [units_query])[0]
     kinds = [*LEAF_KINDS, MemoryKind.SESSION]
     limits = [*(CANDIDATES for _ in LEAF_KINDS), SESSION_CANDIDATES]
     memory_hits = store.search_many(

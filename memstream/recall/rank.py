@@ -34,6 +34,8 @@ from datetime import date, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from memstream.lexical import tokenize
+
 Complexity = Literal["simple", "hybrid", "complex"]
 
 # Weight of the dense cosine in a leaf's score. TiMem uses 0.9 with Qwen3 embeddings; with MiniLM the cosines
@@ -53,17 +55,6 @@ CHARS_PER_TOKEN = 4
 # dev, 4 also dropped short answers ("Yes, two cats") and cost text recall (bench/RESULTS.md).
 MIN_CONTENT_WORDS = 3
 
-# A small English stop-word list: enough to stop "what/did/the" from dominating BM25 on short questions.
-_STOP_WORDS = """
-    a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
-    some such than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves"""
-STOP_WORDS = frozenset(_STOP_WORDS.split())
-_TOKEN = re.compile(r"[a-z0-9]+")
 
 # plan_complexity rules, checked in this order (first match wins):
 #   complex: why / how (except how many, much, often, old, long, far) / compare / difference / summarise /
@@ -116,10 +107,6 @@ def plan_complexity(query: str, has_time_intent: bool) -> Complexity:
     return "simple"
 
 
-def tokenize(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS]
-
-
 def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
     """Okapi BM25 of ``query`` against each of ``docs`` (the corpus), normalised to [0, 1] by the max.
 
@@ -128,8 +115,8 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.7
     terms = list(dict.fromkeys(tokenize(query)))  # unique, in query order, so sums are deterministic
     if not docs or not terms:
         return [0.0] * len(docs)
-    words = [_TOKEN.findall(d.lower()) for d in docs]
-    lengths = [len(w) - sum(map(STOP_WORDS.__contains__, w)) for w in words]
+    words = [tokenize(d) for d in docs]
+    lengths = [len(w) for w in words]
     avgdl = sum(lengths) / len(lengths)
     if avgdl == 0:
         return [0.0] * len(docs)

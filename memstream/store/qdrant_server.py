@@ -17,7 +17,16 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memstream.store.base import CollectionSpec, Filter, Hit, Point, SearchQuery, StoreUnavailable
+from memstream.store.base import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Point,
+    SearchQuery,
+    SparseVector,
+    StoreUnavailable,
+    warn_dense_only,
+)
 
 _RETRYABLE_HTTP = frozenset({408, 429})
 _RETRYABLE_GRPC = frozenset(
@@ -57,6 +66,8 @@ def _outage_as_unavailable() -> Iterator[None]:
 class QdrantServerStore:
     def __init__(self, client: QdrantClient) -> None:
         self._client = client
+        # Each ensured collection's sparse vector name; None (or not ensured here): dense-only.
+        self._sparse: dict[str, str | None] = {}
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, timeout_s: int = 10) -> QdrantServerStore:
@@ -76,6 +87,11 @@ class QdrantServerStore:
                 raise ValueError(
                     f"collection {spec.name!r} does not match the spec (dim {spec.dim}, cosine): {params}"
                 )
+            # A collection created before it had a sparse vector keeps answering dense-only.
+            stored = info.config.params.sparse_vectors or {}
+            self._sparse[spec.name] = spec.sparse_vector if spec.sparse_vector in stored else None
+            if spec.sparse_vector is not None and spec.sparse_vector not in stored:
+                warn_dense_only(spec.name, spec.sparse_vector)
             wanted: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {}
             if spec.tenant_field is not None:
                 wanted[spec.tenant_field] = models.KeywordIndexParams(
@@ -91,8 +107,15 @@ class QdrantServerStore:
 
     def _create(self, spec: CollectionSpec) -> None:
         try:
+            sparse = (
+                None
+                if spec.sparse_vector is None
+                else {spec.sparse_vector: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+            )
             self._client.create_collection(
-                spec.name, vectors_config=models.VectorParams(size=spec.dim, distance=models.Distance.COSINE)
+                spec.name,
+                vectors_config=models.VectorParams(size=spec.dim, distance=models.Distance.COSINE),
+                sparse_vectors_config=sparse,
             )
         except UnexpectedResponse as exc:
             if exc.status_code != 409:  # 409: another process created it in the meantime
@@ -101,7 +124,8 @@ class QdrantServerStore:
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
         if not points:
             return
-        structs = [models.PointStruct(id=p.id, vector=p.vector.tolist(), payload=p.payload) for p in points]
+        sparse = self._sparse.get(collection)
+        structs = [models.PointStruct(id=p.id, vector=_vectors(p, sparse), payload=p.payload) for p in points]
         with _outage_as_unavailable():
             self._client.upsert(collection, structs)
 
@@ -115,15 +139,8 @@ class QdrantServerStore:
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
             return []
-        requests = [
-            models.QueryRequest(
-                query=q.vector.tolist(),
-                filter=_to_qdrant(q.flt),
-                limit=q.limit,
-                with_payload=q.with_payload if isinstance(q.with_payload, bool) else list(q.with_payload),
-            )
-            for q in queries
-        ]
+        sparse = self._sparse.get(collection)
+        requests = [_request(q, sparse) for q in queries]
         with _outage_as_unavailable():
             responses = self._client.query_batch_points(collection, requests)
         return [[Hit(str(p.id), p.score, p.payload or {}) for p in r.points] for r in responses]
@@ -155,6 +172,39 @@ class QdrantServerStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _vectors(point: Point, sparse: str | None) -> models.VectorStruct:
+    dense = point.vector.tolist()
+    if sparse is None or point.sparse is None:
+        return dense
+    return {"": dense, sparse: _qdrant_sparse(point.sparse)}
+
+
+def _qdrant_sparse(vector: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _request(q: SearchQuery, sparse: str | None) -> models.QueryRequest:
+    flt = _to_qdrant(q.flt)
+    with_payload = q.with_payload if isinstance(q.with_payload, bool) else list(q.with_payload)
+    lexical = q.lexical() if sparse is not None else None
+    if lexical is None:
+        return models.QueryRequest(
+            query=q.vector.tolist(), filter=flt, limit=q.limit, with_payload=with_payload
+        )
+    # The prefetches' union is rescored by the dense query, not fused: see memstream.store.edge._request.
+    prefetch = [
+        models.Prefetch(query=q.vector.tolist(), filter=flt, limit=q.limit),
+        models.Prefetch(query=_qdrant_sparse(lexical), using=sparse, filter=flt, limit=q.sparse_limit),
+    ]
+    return models.QueryRequest(
+        prefetch=prefetch,
+        query=q.vector.tolist(),
+        filter=flt,
+        limit=q.limit + q.sparse_limit,
+        with_payload=with_payload,
+    )
 
 
 def _to_qdrant(flt: Filter | None) -> models.Filter | None:

@@ -6,7 +6,9 @@ is held by the worker that owns the partition. A gateway reads and forgets throu
 worker's side of it (mounted at ``/store/<partition>/<op>``). With a Qdrant server every process
 opens the store itself and none of this is used.
 
-The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation.
+The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation. A sparse
+vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
+peer's requests still read the same.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from memstream.store.base import (
     Point,
     Range,
     SearchQuery,
+    SparseVector,
     StoreUnavailable,
     VectorStore,
 )
@@ -63,6 +66,14 @@ def _hits_in(raw: Sequence[Mapping[str, Any]]) -> list[Hit]:
     return [Hit(h["id"], h["score"], h["payload"]) for h in raw]
 
 
+def _sparse_out(vector: SparseVector | None) -> dict[str, Any] | None:
+    return None if vector is None else {"indices": vector.indices, "values": vector.values}
+
+
+def _sparse_in(raw: Mapping[str, Any] | None) -> SparseVector | None:
+    return None if raw is None else SparseVector(tuple(raw["indices"]), tuple(raw["values"]))
+
+
 def _with_payload(v: Any) -> bool | list[str]:
     return v if isinstance(v, bool) else list(v)
 
@@ -89,7 +100,10 @@ def _ensure(store: VectorStore, req: dict[str, Any]) -> None:
 
 
 def _upsert(store: VectorStore, req: dict[str, Any]) -> None:
-    points = [Point(p["id"], np.asarray(p["vector"], dtype=np.float32), p["payload"]) for p in req["points"]]
+    points = [
+        Point(p["id"], np.asarray(p["vector"], dtype=np.float32), p["payload"], _sparse_in(p.get("sparse")))
+        for p in req["points"]
+    ]
     store.upsert(req["collection"], points)
 
 
@@ -100,6 +114,8 @@ def _search_many(store: VectorStore, req: dict[str, Any]) -> list[list[dict[str,
             q["limit"],
             _filter_in(q["flt"]) or Filter(),
             _with_payload(q["with_payload"]),
+            _sparse_in(q.get("sparse")),
+            q.get("sparse_limit", 0),
         )
         for q in req["queries"]
     ]
@@ -170,22 +186,14 @@ class RemoteStore:
         self._call("ensure_collection", {"spec": spec.__dict__})
 
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
-        pts = [{"id": p.id, "vector": p.vector, "payload": p.payload} for p in points]
+        pts = [_point_out(p) for p in points]
         self._call("upsert", {"collection": collection, "points": pts})
 
     def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
         return _hits_in(self._call("retrieve", {"collection": collection, "ids": list(ids)}))
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
-        qs = [
-            {
-                "vector": q.vector,
-                "limit": q.limit,
-                "flt": _filter_out(q.flt),
-                "with_payload": _with_payload(q.with_payload),
-            }
-            for q in queries
-        ]
+        qs = [_query_out(q) for q in queries]
         return [_hits_in(h) for h in self._call("search_many", {"collection": collection, "queries": qs})]
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
@@ -206,6 +214,25 @@ class RemoteStore:
 
     def close(self) -> None:
         return None  # the client belongs to whoever made it
+
+
+def _point_out(p: Point) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": p.id, "vector": p.vector, "payload": p.payload}
+    if p.sparse is not None:
+        out["sparse"] = _sparse_out(p.sparse)
+    return out
+
+
+def _query_out(q: SearchQuery) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "vector": q.vector,
+        "limit": q.limit,
+        "flt": _filter_out(q.flt),
+        "with_payload": _with_payload(q.with_payload),
+    }
+    if q.sparse is not None:
+        out |= {"sparse": _sparse_out(q.sparse), "sparse_limit": q.sparse_limit}
+    return out
 
 
 class OwnerShards:
