@@ -1,4 +1,5 @@
-"""Consumers of the pipeline's output topics (wired into the topology in ``streams/app.py``):
+"""Consumers of the pipeline's output topics (wired into the topology in ``streams/app.py``,
+through ``streams/handlers.py``):
 
 * ``recurrence`` -- ConsolidationRequest -> episodes and facts (RecMem);
 * ``tree`` -- WindowClosed -> Temporal Memory Tree nodes, and durative memory monthly (TiMem, TSM);

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
 from memstream.pause import until_available
@@ -46,7 +46,12 @@ Clock = Callable[[], float]  # epoch seconds
 Sleep = Callable[[float], Awaitable[None]]
 StoreOf = Callable[[int], VectorStore]  # a partition's store
 Gone = Callable[[bytes | None], Forgotten | None]  # a user's deletion, by key
-Publish = Callable[..., Awaitable[None]]  # publishes decisions (the topology's one place)
+
+
+class Publish(Protocol):
+    """Makes decisions take effect (streams/publish.py, the topology's one place)."""
+
+    async def __call__(self, *decisions: Decision) -> None: ...
 
 
 @dataclass(frozen=True)
