@@ -130,8 +130,26 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     step = Consolidating(store_of, barrier, gone, interrupted, processor.clock, settings.defer_retry_s)
 
-    # ---- agents -------------------------------------------------------------------------------
+    # ---- routing ------------------------------------------------------------------------------
     turns_name = settings.topic(TURNS.name)
+
+    def home_of(event: EventT) -> int | None:
+        """The partition a turn belongs on, when it arrived on another (``streams.routing``)."""
+        return misplaced(event.message.key, event.message.partition, settings.topic_partitions)
+
+    async def forward(records: list[tuple[EventT, int]]) -> None:
+        """Each turn to its key's partition, as it was: same key, value, headers and timestamp (the
+        time a deleted user's records are told by), delivered (acks=all) before the caller acks."""
+        pending = []
+        for event, home in records:
+            msg = event.message
+            pending.append(
+                await app.producer.send(turns_name, msg.key, msg.value, home, msg.timestamp, msg.headers)
+            )
+            metrics.TURNS_REROUTED.labels(str(msg.partition)).inc()
+        await asyncio.gather(*pending)
+
+    # ---- agents -------------------------------------------------------------------------------
     if "ingest" in roles:
         ingesting = Ingesting(processor.process, window_state, gone)
         idle = IdleWindows(
@@ -193,23 +211,6 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         async for event in stream.events():
             async with writing:  # between two ingest batches
                 await publish(await forgetting.tombstone(received(event)))
-
-    # ---- routing ------------------------------------------------------------------------------
-    def home_of(event: EventT) -> int | None:
-        """The partition a turn belongs on, when it arrived on another (``streams.routing``)."""
-        return misplaced(event.message.key, event.message.partition, settings.topic_partitions)
-
-    async def forward(records: list[tuple[EventT, int]]) -> None:
-        """Each turn to its key's partition, as it was: same key, value, headers and timestamp (the
-        time a deleted user's records are told by), delivered (acks=all) before the caller acks."""
-        pending = []
-        for event, home in records:
-            msg = event.message
-            pending.append(
-                await app.producer.send(turns_name, msg.key, msg.value, home, msg.timestamp, msg.headers)
-            )
-            metrics.TURNS_REROUTED.labels(str(msg.partition)).inc()
-        await asyncio.gather(*pending)
 
     # ---- partitions and stores ----------------------------------------------------------------
     data_topics = {settings.topic(spec.name) for spec in ALL_TOPICS}
