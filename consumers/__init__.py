@@ -1,4 +1,5 @@
-"""Consumers of the pipeline's output topics (wired into the topology in ``streams/app.py``):
+"""Consumers of the pipeline's output topics (wired into the topology in ``streams/app.py``,
+through ``streams/handlers.py``):
 
 * ``recurrence`` -- ConsolidationRequest -> episodes and facts (RecMem);
 * ``tree`` -- WindowClosed -> Temporal Memory Tree nodes, and durative memory monthly (TiMem, TSM);
@@ -13,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from consumers.indexer import Indexer
-from consumers.own_writes import OwnWrites
 from consumers.recurrence import RecurrenceConsolidator
 from consumers.tree import TreeSummarizer
 from consumers.writer import Writer
@@ -29,7 +29,6 @@ class Consolidation:
     tree: TreeSummarizer
     indexer: Indexer
     llm: LLMClient | None  # None: the extractive writer, no LLM
-    own_writes: OwnWrites  # what this process published, until the indexer shows it
 
 
 def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float) -> Consolidation:
@@ -50,5 +49,4 @@ def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float
         tree=TreeSummarizer(embedder, writer),
         indexer=Indexer(embedder),
         llm=llm,
-        own_writes=OwnWrites(),
     )

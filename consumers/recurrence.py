@@ -8,7 +8,7 @@
    is never stored twice; a time-anchored update invalidates the facts it supersedes.
 
 It only reads the store; the indexer applies the updates it returns, a little later. The app
-has a user's earlier updates indexed before it hands over the next request (consumers/own_writes.py),
+has a user's earlier updates indexed before it hands over the next request (streams/read_your_writes.py),
 so the store shows the newest version of every episode. A request already folded into memory (its
 id is on an episode) is skipped, so redelivery changes nothing.
 """

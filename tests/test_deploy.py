@@ -43,7 +43,8 @@ from memstream.broker import Broker
 from memstream.kafka import DYNAMIC_TOPIC_CONFIG, _set_retention, client_kwargs, security_kwargs
 from memstream.settings import Settings
 from schemas.topics import ALL_TOPICS, CONSOLIDATION, MEMORY_UPDATES, TURNS, WINDOWS
-from streams.app import Readiness, faust_credentials, faust_settings
+from streams.faust_adapter import faust_credentials, faust_settings
+from streams.pages import Readiness
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = CHART / "ci" / "minimal-values.yaml"
@@ -145,9 +146,9 @@ def test_a_worker_is_ready_from_its_first_assignment_even_an_empty_one() -> None
         503,
         {"ready": False, "reason": "waiting for the first partition assignment"},
     )
-    readiness.assigned(None, set())  # a replica beyond the partition count: a standby
+    readiness.assigned(set())  # a replica beyond the partition count: a standby
     assert readiness.answer([]) == (200, {"ready": True, "partitions": []})
-    readiness.assigned(None, set())
+    readiness.assigned(set())
     assert readiness.answer([3, 1]) == (200, {"ready": True, "partitions": [1, 3]})
 
 

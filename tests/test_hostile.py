@@ -51,6 +51,8 @@ from schemas.events import (
 )
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import ALL_TOPICS
+from streams.decisions import DeadLettered
+from streams.handlers import Received, read
 from streams.ingest import Incoming, IngestProcessor, units_spec
 from streams.validation import Rejection, validate
 from tests.openai_server import OpenAIServer
@@ -185,14 +187,21 @@ def test_deeply_nested_and_huge_payloads_are_validation_errors(model: type[BaseM
 @pytest.mark.parametrize("model", TOPIC_MODELS, ids=lambda m: m.__name__)
 @pytest.mark.parametrize("levels", [100, 255, 1000, 1023, 1100, 100_000])
 def test_topic_records_from_hostile_bytes_are_validation_errors(model: type[Record], levels: int) -> None:
-    """What the consumers in streams/app.py do with a record (they dead-letter a ValueError)."""
+    """What the agents' handlers do with a record (streams/handlers.py ``read``: they dead-letter a
+    ValueError)."""
     hole = b"[" * levels + b"]" * levels
     for name in model.model_fields:
         with pytest.raises(ValidationError):
             model.from_bytes(b'{"%s": %s}' % (name.encode(), hole))
+        assert isinstance(read(received(b'{"%s": %s}' % (name.encode(), hole)), model, 0.0), DeadLettered)
     for raw in (b"\xff\xfe", b"", b"null", b'{"a": "\\ud800"}', b"\x00" * 100):
         with pytest.raises(ValidationError):
             model.from_bytes(raw)
+        assert isinstance(read(received(raw), model, 0.0), DeadLettered)
+
+
+def received(value: bytes) -> Received:
+    return Received(b"t/u", value, "topic", partition=0, offset=0, timestamp=None)
 
 
 def test_the_fuzzed_models_cover_every_topic_and_api_model() -> None:

@@ -1,4 +1,4 @@
-"""Read your own writes (consumers/own_writes.py) on a real Qdrant Edge store with the real indexer:
+"""Read your own writes (streams/read_your_writes.py) on a real Qdrant Edge store with the real indexer:
 a user's next consolidation waits until the updates published for them are indexed, never longer
 than its timeout, and other users do not wait."""
 
@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 
 from consumers.indexer import Indexer
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
-from consumers.own_writes import Interrupted, OwnWrites, reflects
 from memstream import metrics
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.store.base import VectorStore
 from memstream.store.shards import EdgeShards
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
 from streams.ingest import units_spec
+from streams.read_your_writes import Interrupted, OwnWrites, reflects
 
 EMBEDDER = HashingEmbedder(64)
 

@@ -42,7 +42,7 @@ from memstream.units import UNITS, unit_from_payload
 from schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
 from schemas.memory import MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
-from streams.app import faust_settings
+from streams.faust_adapter import faust_settings
 from streams.ingest import Incoming, IngestProcessor, units_spec
 from streams.routing import misplaced
 from tests.conftest import consolidated_units, make_pipeline, ready, wait_for

@@ -1,4 +1,4 @@
-"""Taking a partition over (streams/takeover.py) against the real Tansu broker: the first
+"""Taking a partition over (streams/read_your_writes.py) against the real Tansu broker: the first
 consolidation on a newly assigned partition waits until the group has committed every
 memory.updates record that partition held then, is handed on when the worker rebalances or stops
 meanwhile, and gives up after its timeout."""
@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumers.own_writes import Interrupted
 from memstream import metrics
 from memstream.broker import Broker
 from memstream.kafka import client_kwargs, ensure_topics, producer
 from memstream.settings import Settings
 from schemas.topics import MEMORY_UPDATES
-from streams.takeover import Takeover
+from streams.read_your_writes import Interrupted, Takeover
 from tests.conftest import make_pipeline
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,10 @@ the property covers sessions past midnight, weeks straddling months and idle clo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -17,7 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from consumers.memories import upsert
 from memstream.durative import cluster
+from memstream.llm import LLMUnavailable
+from memstream.settings import Settings
+from memstream.store.base import VectorStore
+from memstream.store.shards import EdgeShards
 from memstream.tree import (
     KIND,
     TreeState,
@@ -25,15 +32,19 @@ from memstream.tree import (
     covers,
     defer,
     hull,
-    in_closing_order,
     park,
     plan,
     unpark,
     waits,
 )
 from memstream.windows import advance, close_idle
-from schemas.events import WindowClosed
+from schemas.events import Deferred, WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
+from schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec
+from streams.decisions import Decision, Deferral, Done
+from streams.handlers import DURATIVE, Consolidating, Received, Retries, Summaries
+from streams.ingest import units_spec
+from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 ZONE = ZoneInfo("Europe/Lisbon")
 T0 = datetime(2024, 1, 29, 9, 0, tzinfo=UTC)
@@ -210,48 +221,88 @@ def test_durative_clusters_separate_topics_and_are_deterministic() -> None:
     assert cluster(vectors[:4]) == [0] * 4  # too few facts for more than one topic
 
 
-def summarise(windows: list[WindowClosed], failures: dict[str, int]) -> dict[str, Memory]:
-    """The summary agent (streams/app.py) with ``failures[window_id]`` deferrals of a window (LLM
-    down, a rebalance): a deferred window comes back after the others on the topic."""
-    nodes: dict[str, Memory] = {}
-    later = deque[WindowClosed]()
-    left = dict(failures)
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
+    return EdgeShards(tmp_path_factory.mktemp("store"), [units_spec(8)]).get(0)
 
-    async def attempt(state: TreeState, window: WindowClosed) -> tuple[bool, TreeState]:
+
+def summarise(
+    windows: list[WindowClosed], failures: dict[str, int], store: VectorStore
+) -> tuple[dict[str, Memory], list[str]]:
+    """The summary and retry agents' real handlers (streams/handlers.py) on one partition, with
+    ``failures[window_id]`` times the LLM down for a window: its deferral goes to the deferred
+    topic and, once due, back to the windows topic, after the windows already there. The
+    memories the indexer would hold, and the months whose durative memory was scheduled."""
+    left = dict(failures)
+    windows_topic = deque(received(WINDOWS, w.key, w.to_bytes()) for w in windows)
+    deferred_topic: list[Received] = []
+    memories: dict[str, Memory] = {}
+    months: list[str] = []
+    states: dict[bytes, Any] = {}
+
+    async def summarize(
+        _: VectorStore, state: TreeState, window: WindowClosed
+    ) -> tuple[TreeState, list[MemoryUpdate]]:
+        """The tree summarizer with a stand-in text (``build``), the LLM down as told."""
         if left.get(window.window_id, 0) > 0:
             left[window.window_id] -= 1
-            later.append(window)
-            return False, state
-        state, node, _ = build(state, window)
-        if node is not None:
-            nodes[node.memory_id] = node
-        return True, state
+            raise LLMUnavailable("summary", 3, ConnectionError("down"))
+        state, node, linked = build(state, window)
+        return state, [upsert(n) for n in (node, *linked) if n is not None]
 
-    async def topic() -> TreeState:
-        state, queue = TreeState(), deque(windows)
-        while queue or later:
-            if not queue:
-                queue.extend(later)
-                later.clear()
-            state = await in_closing_order(state, queue.popleft(), attempt)
-        return state
+    async def no_durative(_: VectorStore, window: WindowClosed) -> list[MemoryUpdate]:
+        raise AssertionError("no durative job is due within the test")
 
-    state = asyncio.run(topic())
+    async def publish(*decisions: Decision) -> None:
+        """The topics, as far as these agents go."""
+        for d in decisions:
+            assert isinstance(d, Done | Deferral), d
+            if isinstance(d, Deferral):
+                deferred_topic.append(received(DEFERRED, d.work.key, d.work.to_bytes()))
+                continue
+            for s in d.sends:
+                if s.topic == WINDOWS.name:
+                    windows_topic.append(received(WINDOWS, s.key.decode(), s.value))
+                else:
+                    job = Deferred.from_bytes(s.value)
+                    assert s.topic == DEFERRED.name and job.source_topic == DURATIVE
+                    months.append(WindowClosed.from_bytes(job.value).window_id)
+            memories.update({u.memory_id: u.memory for u in d.updates if u.memory is not None})
+
+    barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
+    step = Consolidating(lambda _: store, barrier, lambda _: None, lambda: False, time.time, 0.0)
+    summaries = Summaries(step, summarize, states, publish, durative_delay_s=3600)
+    retries = Retries(step, no_durative)
+
+    async def agents() -> None:
+        while windows_topic or deferred_topic:
+            if not windows_topic:  # the deferred windows are due
+                for r in deferred_topic:
+                    await publish(await retries.deferred(r))
+                deferred_topic.clear()
+            await summaries.window(windows_topic.popleft())
+
+    asyncio.run(agents())
+    state = TreeState.from_json(states[b"t/u"])
     assert state.deferred is None and not state.parked
-    return nodes
+    return memories, months
+
+
+def received(topic: TopicSpec, key: str, value: bytes) -> Received:
+    return Received(key.encode(), value, topic.name, partition=0, offset=0, timestamp=None)
 
 
 @settings(max_examples=60, deadline=None)
 @given(sessions, st.data())
 def test_windows_parked_behind_a_deferred_one_give_the_tree_as_if_none_was_deferred(
-    spec: list[tuple[int, int, int]], data: st.DataObject
+    store: VectorStore, spec: list[tuple[int, int, int]], data: st.DataObject
 ) -> None:
     """Without parking, a day summarised before its deferred session has no child for it, and the
     session is swept into a later day."""
     windows = windows_for(spec)
     ids = [w.window_id for w in windows]
     failures = data.draw(st.dictionaries(st.sampled_from(ids), st.integers(1, 3), max_size=5))
-    assert summarise(windows, failures) == summarise(windows, {})
+    assert summarise(windows, failures, store) == summarise(windows, {}, store)
 
 
 def test_parking_keeps_the_order_once_per_window_and_round_trips() -> None:

@@ -1,0 +1,69 @@
+"""What a handler (streams/handlers.py) decided about the records it was given, as values. The
+topology (streams/app.py) publishes them in one place: records to their topics, delivered
+(acks=all) before the input offsets are acknowledged, and the counters that go with each outcome.
+
+A failure is a decision like any other: deferred work is never lost (it goes to ``deferred``, to be
+tried again), a record that cannot be used is dead-lettered with the reason, and work made from a
+deleted user's data is dropped and counted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from schemas.events import DeadLetter, Deferred, Record, WindowClosed
+from schemas.memory import MemoryUpdate
+from schemas.topics import TopicSpec
+
+
+@dataclass(frozen=True)
+class Send:
+    """One record to publish, as bytes: a re-queued deferred record is forwarded unread."""
+
+    topic: str  # the topic's name without the prefix (schemas/topics.py)
+    key: bytes
+    value: bytes
+
+
+def sends(spec: TopicSpec, records: Sequence[Record]) -> list[Send]:
+    return [Send(spec.name, (getattr(r, "key", None) or "").encode(), r.to_bytes()) for r in records]
+
+
+@dataclass(frozen=True)
+class Done:
+    """The work is done with: ``sends``, ``windows`` and ``updates`` are published, then ``after``
+    runs (state that may move on only once they are delivered: a crash in between makes the same
+    records again, where state saved first would lose them)."""
+
+    sends: Sequence[Send] = ()
+    windows: Sequence[WindowClosed] = ()  # closed windows, counted by level and reason
+    updates: Sequence[MemoryUpdate] = ()  # to memory.updates, then awaited by the next work's barrier
+    trigger: str | None = None  # counted as consolidation work of this trigger
+    after: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """Put off (LLM down or its budget spent, the worker rebalancing): to the deferred topic."""
+
+    work: Deferred
+    trigger: str
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    """Records that cannot be used, with the reason; ``trigger``: counted as invalid work of it."""
+
+    letters: Sequence[DeadLetter]
+    trigger: str | None = None
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Records of a deleted user (streams/forgetting.py), counted by the stage that dropped them."""
+
+    stage: str
+    count: int = 1
+
+
+Decision = Done | Deferral | DeadLettered | Dropped

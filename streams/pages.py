@@ -1,0 +1,82 @@
+"""A worker's web pages: ``/metrics``, ``/healthz``, ``/readyz``, ``/status``, and the stores it
+holds for a gateway (``/store/{partition}/{op}``, ``memstream.store.remote``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import faust
+import orjson
+from faust.types import TP
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from memstream import metrics
+from memstream.store.remote import serve
+from streams.ingest import IngestProcessor
+
+
+class Readiness:
+    """A worker is ready once the consumer group has given it its first assignment (after its
+    agents and tables took the partitions). An empty assignment counts: a replica beyond the
+    partition count is a standby, which is all it can be. It stays ready through later rebalances."""
+
+    def __init__(self) -> None:
+        self.assignments = 0
+
+    def assigned(self, assigned: set[TP]) -> None:
+        self.assignments += 1
+
+    def answer(self, partitions: Sequence[int]) -> tuple[int, dict[str, Any]]:
+        """HTTP status and body of ``/readyz``."""
+        if not self.assignments:
+            return 503, {"ready": False, "reason": "waiting for the first partition assignment"}
+        return 200, {"ready": True, "partitions": sorted(partitions)}
+
+
+def add_pages(
+    app: faust.App,
+    readiness: Readiness,
+    processor: IngestProcessor,
+    held: Callable[[], set[int]],
+    update_lag: Callable[[], None],
+) -> None:
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"ok": True})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        status, body = readiness.answer(sorted(held()))
+        return web.json(body, status=status)
+
+    @app.page("/status")
+    async def status_page(web: Any, request: Any) -> Any:
+        update_lag()
+        lag = {
+            f"{s.labels['topic']}/{s.labels['partition']}": s.value
+            for m in metrics.CONSUMER_LAG.collect()
+            for s in m.samples
+        }
+        partitions = sorted(held())
+        body = {**processor.status(partitions), "partitions": partitions, "lag": lag}
+        return web.bytes(orjson.dumps(body), content_type="application/json")
+
+    @app.page("/store/{partition}/{op}")
+    class StoreView(faust.web.View):
+        """The stores this worker holds, for a gateway: with the embedded store no other process
+        may open a partition's shard."""
+
+        async def post(self, request: Any, partition: str, op: str) -> Any:
+            query = await request.read()  # first: no await between the check and the store's use
+            if not partition.isdigit() or int(partition) not in held():
+                return self.error(409, f"partition {partition} is not held here")
+            try:
+                body = serve(processor.shards.get(int(partition)), op, query)
+            except ValueError as exc:
+                return self.error(400, str(exc))
+            return self.bytes(body, content_type="application/json")

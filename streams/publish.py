@@ -1,0 +1,60 @@
+"""The one place the topology's decisions (streams/decisions.py) take effect: their counters, then
+every record sent and delivered (acks=all) before the caller's input offsets are acknowledged,
+then the memory updates awaited by the next work (streams/read_your_writes.py), then the state
+each decision moves on once its records are out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from memstream import metrics
+from schemas.memory import MemoryUpdate
+from schemas.topics import DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
+from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
+from streams.read_your_writes import OwnWrites
+
+# Sends one record to a topic (by its name without the prefix); awaiting the result waits for
+# its delivery. Straight to the producer: the records are bytes already, and faust's channel
+# machinery costs more per record than the send itself.
+Producer = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+
+
+class Publisher:
+    def __init__(self, send: Producer, own: OwnWrites) -> None:
+        self.send = send
+        self.own = own
+
+    async def __call__(self, *decisions: Decision) -> None:
+        out: list[Send] = []
+        updates: list[MemoryUpdate] = []
+        after = []
+        for d in decisions:
+            match d:
+                case Dropped(stage, count) if count:
+                    metrics.FORGOTTEN_RECORDS.labels(stage).inc(count)
+                case DeadLettered(letters, trigger):
+                    if trigger:
+                        metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
+                    out += sends(DEAD_LETTER, letters)
+                case Deferral(work, trigger):
+                    metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
+                    out += sends(DEFERRED, [work])
+                case Done():
+                    for u in d.updates:
+                        metrics.MEMORY_UPDATES.labels(
+                            u.op.value, u.memory.kind.value if u.memory else "-"
+                        ).inc()
+                    if d.trigger:
+                        metrics.CONSOLIDATIONS.labels(d.trigger, "done" if d.updates else "nothing").inc()
+                    for w in d.windows:  # counted where published: the ingest agent and the idle timer
+                        metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
+                    out += [*d.sends, *sends(WINDOWS, d.windows), *sends(MEMORY_UPDATES, d.updates)]
+                    updates += d.updates
+                    if d.after is not None:
+                        after.append(d.after)
+        await asyncio.gather(*[await self.send(s.topic, s.key, s.value) for s in out])
+        self.own.published(updates)
+        for step in after:
+            step()

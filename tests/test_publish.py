@@ -1,0 +1,83 @@
+"""The one place decisions take effect (streams/publish.py): every record is delivered before the
+state a decision moves on and before its memory updates are awaited by the next work, and each
+outcome is counted once."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from consumers.memories import upsert
+from memstream import metrics
+from schemas.events import Deferred
+from schemas.topics import DEFERRED, MEMORY_UPDATES
+from streams.decisions import Deferral, Done, Dropped, Send
+from streams.publish import Publisher
+from streams.read_your_writes import OwnWrites
+from tests.test_own_writes import memory
+
+
+def deferred() -> Deferred:
+    return Deferred(source_topic="windows", key="t/u1", value=b"{}", reason="x", not_before=datetime.now(UTC))
+
+
+def test_state_moves_on_and_own_writes_are_awaited_only_once_every_record_is_delivered() -> None:
+    own = OwnWrites()
+    sent: list[tuple[str, bytes]] = []
+    saved: list[str] = []
+    update = upsert(memory(1))
+    later = Deferred(
+        source_topic="windows", key="t/u1", value=b"{}", reason="x", not_before=datetime.now(UTC)
+    )
+
+    async def run() -> None:
+        delivered = asyncio.get_running_loop().create_future()
+
+        async def send(topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+            sent.append((topic, key))
+            return delivered
+
+        publish = Publisher(send, own)
+        task = asyncio.ensure_future(
+            publish(
+                Done(
+                    sends=[Send("turns", b"t/u1", b"x")],
+                    updates=[update],
+                    after=lambda: saved.append("state"),
+                ),
+                Deferral(later, trigger="day"),
+            )
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert sent == [("turns", b"t/u1"), (MEMORY_UPDATES.name, b"t/u1"), (DEFERRED.name, b"t/u1")]
+        assert not task.done() and saved == [] and own.waiting("t/u1") == 0  # not delivered yet
+        delivered.set_result(None)
+        await task
+
+    asyncio.run(run())
+    assert saved == ["state"] and own.waiting("t/u1") == 1
+
+
+def test_each_outcome_is_counted_once_and_nothing_dropped_counts_nothing() -> None:
+    def count(trigger: str, outcome: str) -> float:
+        return metrics.CONSOLIDATIONS.labels(trigger, outcome)._value.get()
+
+    def forgotten(stage: str) -> float:
+        return metrics.FORGOTTEN_RECORDS.labels(stage)._value.get()
+
+    async def send(topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    later = Deferred(
+        source_topic="windows", key="t/u1", value=b"{}", reason="x", not_before=datetime.now(UTC)
+    )
+    before = (count("week", "deferred"), count("week", "nothing"), forgotten("index"), forgotten("ingest"))
+    publish = Publisher(send, OwnWrites())
+    asyncio.run(
+        publish(Deferral(later, "week"), Done(trigger="week"), Dropped("index", 3), Dropped("ingest", 0))
+    )
+    after = (count("week", "deferred"), count("week", "nothing"), forgotten("index"), forgotten("ingest"))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 3, 0]
