@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from memstream.recall.rank import CHARS_PER_TOKEN, bm25_scores, format_date
+from memstream.dates import format_date
+from memstream.recall.rank import CHARS_PER_TOKEN, bm25_scores
 
 HYBRID_LAMBDA = 0.9  # the flat baseline, whatever weight recall itself uses
 ORDERS = ("hybrid", "dense", "bm25")

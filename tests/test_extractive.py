@@ -28,13 +28,15 @@ from consumers.extractive import (
     is_trivial,
     profile,
     render,
-    render_interval,
     sentences,
     split_sentences,
     summary,
 )
-from consumers.writer import EpisodeDraft, Scope, Source, Writer, Written
+from consumers.extractive.sentences import split_items
+from consumers.extractive.statements import read_statement, statement_list
+from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written
 from memstream.datasets import locomo_turns
+from memstream.dates import format_date, render_interval
 from memstream.semantic_time import extract_event_times
 from memstream.units import build_unit
 from schemas.events import EventTime
@@ -748,7 +750,7 @@ def test_profile_is_capped_per_person_and_falls_back_to_the_most_central_sentenc
     )
 
 
-def fact_sources(found: Sequence[ex.FactDraft]) -> list[Source]:
+def fact_sources(found: Sequence[FactDraft]) -> list[Source]:
     """Facts as the tree hands them to ``durative``: text, triple, type and stated turns."""
     return [
         Source(
@@ -770,7 +772,7 @@ def test_durative_topic_and_persona_are_statement_lines() -> None:
     topic, persona = (w.text for w in durative(SCOPE, datetime(2023, 5, 1, tzinfo=UTC), cluster))
     header, *lines = topic.split("\n")
     assert header == "Topic in May 2023:"
-    assert sum(len(ex._items(line.split(" — ", 1)[1])) for line in lines) == ex.TOPIC_STATEMENTS
+    assert sum(len(split_items(line.split(" — ", 1)[1])) for line in lines) == ex.TOPIC_STATEMENTS
     assert persona.split("\n") == [
         "Persona in May 2023:",
         "Caroline — loves painting sunsets with watercolours (since 8 May 2023); "
@@ -799,12 +801,12 @@ def test_durative_topic_and_persona_are_statement_lines() -> None:
 def test_a_statement_line_reads_back_as_written(
     subject: str, predicate: str, words: list[str], said: date, state: bool
 ) -> None:
-    stated = ex.Statement(subject, predicate, " ".join(words), ex._day(said), said, None, state, ("t",))
-    written = ex._listed("Profile as of May 2023:", [stated], 5, MON, UTC_ZONE)
+    stated = ex.Statement(subject, predicate, " ".join(words), format_date(said), said, None, state, ("t",))
+    written = statement_list("Profile as of May 2023:", [stated], 5, MON, UTC_ZONE)
     [back] = sentences([Source("p", MON, written.text, written.turn_ids, start=MON,
                                sentence_turn_ids=written.sentence_turn_ids)], UTC_ZONE)  # fmt: skip
     assert (back.speaker, back.text, back.turn_ids, back.item) == (subject, stated.item, ("t",), True)
-    read = ex._read_statement(subject, back.text, MON, back.turn_ids)
+    read = read_statement(subject, back.text, MON, back.turn_ids)
     assert read is not None and read.item == stated.item and read.key == stated.key
     sentence = ex.render_statement(stated)
     assert sentence.startswith(subject) and sentence.endswith(f"({stated.note}).")

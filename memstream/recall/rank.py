@@ -30,10 +30,11 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from memstream.dates import coarse_date, render_span
 from memstream.lexical import tokenize
 
 Complexity = Literal["simple", "hybrid", "complex"]
@@ -68,8 +69,6 @@ _COMPLEX = re.compile(
     r"|\b(?:after|before)\b.*\b(?:what|where|who|which)\b"
 )
 _AGGREGATE = re.compile(r"\bhow (?:many|much|often)\b|\blist\b|\ball the\b|\bevery\b|\btotal\b|\btimes\b")
-_MONTH_NAMES = "January February March April May June July August September October November December"
-_MONTHS = tuple(_MONTH_NAMES.split())  # not strftime("%B"): that is locale-dependent
 
 
 @dataclass(frozen=True)
@@ -331,38 +330,12 @@ def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None 
     )
 
 
-def format_date(d: date) -> str:
-    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
-
-
-def _date_span(item: Item, zone: ZoneInfo) -> str:
-    first = item.start.astimezone(zone).date()
-    if item.end is None or item.end <= item.start:
-        return format_date(first)
-    # end is exclusive: a week [1 May 00:00, 8 May 00:00) is "1 May – 7 May".
-    last = (item.end - timedelta(microseconds=1)).astimezone(zone).date()
-    if last <= first:
-        return format_date(first)
-    return f"{format_date(first)} – {format_date(last)}"
-
-
-def _event_date(start: datetime, granularity: str, zone: ZoneInfo) -> str:
-    d = start.astimezone(zone).date()
-    if granularity == "year":
-        return str(d.year)
-    if granularity in ("month", "season"):
-        return f"{_MONTHS[d.month - 1]} {d.year}"
-    if granularity in ("week", "weekend"):
-        return f"week of {format_date(d)}"
-    return format_date(d)
-
-
 def _event_note(item: Item, zone: ZoneInfo) -> str:
     """The note "; about <when>" for a unit's event times that do not contain the day it was said: "I ran
     a race last Saturday", said on 25 May, reads "[25 May 2023; about 20 May 2023]"."""
     said = item.start.astimezone(zone).date()
     named = dict.fromkeys(
-        _event_date(start, granularity, zone)
+        coarse_date(start, granularity, zone)
         for start, end, granularity in item.event_times
         if not start.astimezone(zone).date() <= said < end.astimezone(zone).date()
     )
@@ -375,8 +348,8 @@ def render_line(item: Item, zone: ZoneInfo) -> str:
     <date range>] <text>" for a tree node. Leaves carry no kind: the tokens go to text."""
     text = " ".join(item.text.split())
     if item.level == LEAF_LEVEL:
-        return f"[{_date_span(item, zone)}{_event_note(item, zone)}] {text}"
-    return f"[{item.kind} {_date_span(item, zone)}] {text}"
+        return f"[{render_span(item.start, item.end, zone)}{_event_note(item, zone)}] {text}"
+    return f"[{item.kind} {render_span(item.start, item.end, zone)}] {text}"
 
 
 def render_context(selected: Sequence[Scored], zone: ZoneInfo) -> str:

@@ -1,0 +1,291 @@
+"""Sentences: a source's text cut into dated, attributed sentences, each knowing the turns it quotes.
+
+A unit's sentence is *date-anchored*: each time expression in it is followed by what it resolves
+to ("yesterday (7 May 2023)"). A memory's sentences were written that way already: "On <date>,
+<Speaker>: " prefixes and "Subject — statement; ..." lines are read back, never re-anchored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, time
+from zoneinfo import ZoneInfo
+
+from consumers.writer import Source, Written
+from memstream.dates import parse_date, render_interval
+from memstream.semantic_time import extract_event_times
+from schemas.events import EventTime
+
+MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")
+
+
+def word_set(spaced: str) -> frozenset[str]:
+    return frozenset(spaced.split())
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence of a source, with who said it and when."""
+
+    text: str  # as said (from a memory: as written there, dates already resolved)
+    anchored: str  # ``text`` with each time expression followed by its resolved date
+    speaker: str | None
+    ts: datetime  # when it was said, in the scope's zone
+    dated: bool  # ``ts`` is a known dialogue date, rendered as "On 8 May 2023, "
+    source_id: str
+    source: int  # index of its source in time order
+    position: int  # index within its source
+    events: tuple[EventTime, ...] = ()  # the resolved time expressions it contains
+    turn_ids: tuple[str, ...] = ()  # the turns it quotes
+    item: bool = False  # a statement of a "Subject — ...; ..." line ("loves dancing (since May 2023)")
+
+    @property
+    def order(self) -> tuple[datetime, int, int]:
+        return (self.ts, self.source, self.position)
+
+
+WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z])")
+# In our own narratives a sentence may start with a lower-case speaker label ("user-7: I ran...").
+_LABELLED_BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z]|[^\W_][\w'’.@-]*: )")
+_ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
+_BRACKETED = re.compile(r"\s*\[[^\]]*\]")  # LoCoMo's "[shares a photo: ...]": a caption, not speech
+_UTTERANCE = re.compile(r"^(?P<speaker>[^:\n]{1,128}?): (?P<content>.*)$")
+# Our own headers ("Day 8 May 2023:", "Topic in May 2023: ..."), and any short line ending in a colon.
+_HEADER = re.compile(
+    r"^(?:(?:Session on|Day|Week of|Profile as of|Topic in|Persona in)\b[^:\n]*:\s*|[^:\n]{0,80}:\s*$)"
+)
+_RENDERED = re.compile(
+    r"^(?:On (?P<day>\d{1,2} [A-Z][a-z]+ \d{4}), )?"
+    r"(?P<speaker>[^\W_][\w'’.@-]*(?: [A-Z][\w'’.@-]*){0,3}): (?P<body>.+)$",
+    re.DOTALL,
+)
+_ANNOTATION = re.compile(r"\s\([^()]*\)")
+_POLITE = re.compile(
+    r"^\W*(?:thanks|thank\s+you|thx|bye|goodbye|see\s+you|talk\s+(?:to\s+you\s+)?(?:soon|later)|"
+    r"take\s+care|congrats|congratulations|good\s+(?:luck|night|morning)|"
+    r"(?:so\s+)?(?:good|great|nice|glad|lovely)\s+to\s+(?:see|hear|meet|talk|chat)|glad\s+i\s+could\s+help|"
+    r"cheers|have\s+a\s+(?:good|great|nice))\b",
+    re.IGNORECASE,
+)
+INTERJECTIONS = word_set(
+    "hey hi hello wow whoa oh ooh aw aww yeah yes yep yup yay ok okay omg haha lol hmm well sure "
+    "absolutely totally definitely cool nice awesome great amazing so"
+)
+
+
+def split_sentences(text: str, *, labelled: bool = False) -> list[str]:
+    """``text`` cut into sentences at . ! ? followed by a non-lowercase start (or, ``labelled``, a
+    ``speaker: `` label); captions dropped."""
+    boundary = _LABELLED_BOUNDARY if labelled else _BOUNDARY
+    pieces: list[str] = []
+    for piece in boundary.split(_BRACKETED.sub("", text).strip()):
+        piece = piece.strip()
+        if pieces and _ABBREVIATION.search(pieces[-1]):
+            pieces[-1] = f"{pieces[-1]} {piece}"  # "Dr. Smith" is one sentence
+        elif piece:
+            pieces.append(piece)
+    return pieces
+
+
+def is_question(text: str) -> bool:
+    return text.rstrip(" \"')]”’").endswith("?")
+
+
+def is_trivial(text: str) -> bool:
+    """Greetings, thanks and reactions: fewer than MIN_WORDS words once leading interjections and
+    the name they address are set aside ("Wow, that's cool, Caroline!")."""
+    if _POLITE.match(text):
+        return True
+    words = WORD.findall(text)
+    i = 0
+    while i < len(words) and words[i].lower() in INTERJECTIONS:
+        i += 1
+    for _ in range(2):  # a name after the interjection is a vocative: "Hey Caroline, ..."
+        if 0 < i < len(words) and words[i][0].isupper() and not is_i(words[i]):
+            i += 1
+    return len(words) - i < MIN_WORDS
+
+
+def is_i(word: str) -> bool:
+    low = word.lower()
+    return low == "i" or low.startswith(("i'", "i’"))
+
+
+def _utterances(text: str) -> list[tuple[str | None, str]]:
+    """A unit's ``speaker: content`` lines; a line without a speaker continues the previous one."""
+    out: list[tuple[str | None, str]] = []
+    for line in text.splitlines():
+        m = _UTTERANCE.match(line)
+        if m:
+            out.append((m["speaker"].strip(), m["content"]))
+        elif line.strip():
+            speaker = out[-1][0] if out else None
+            out.append((speaker, line))
+    return out
+
+
+def mentions(text: str, expression: str) -> list[re.Match[str]]:
+    pattern = r"\s+".join(re.escape(part) for part in expression.split())
+    return list(re.finditer(rf"(?<!\w){pattern}(?!\w)", text, re.IGNORECASE))
+
+
+def _events_in(text: str, known: Sequence[EventTime], said: datetime) -> tuple[EventTime, ...]:
+    """The unit's event times whose expression is in this sentence, then any other expression the
+    extractor finds in the sentence alone (a unit reports an interval only once)."""
+    found = [e for e in known if mentions(text, e.expression)]
+    seen = {e.expression.lower() for e in found}
+    found += [e for e in extract_event_times(text, said) if e.expression.lower() not in seen]
+    return tuple(found)
+
+
+def _unit_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Sentence]:
+    said = source.ts.astimezone(zone)
+    out: list[Sentence] = []
+    for speaker, content in _utterances(source.text):
+        for piece in split_sentences(content):
+            events = _events_in(piece, source.event_times, said)
+            out.append(
+                Sentence(
+                    text=piece,
+                    anchored=anchor(piece, events, zone),
+                    speaker=speaker,
+                    ts=said,
+                    dated=True,
+                    source_id=source.id,
+                    source=index,
+                    position=len(out),
+                    events=events,
+                    turn_ids=source.turn_ids,
+                )
+            )
+    return out
+
+
+def memory_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Sentence]:
+    """A memory's sentences; "On <date>, <Speaker>: " prefixes are read back, a date carrying on to
+    the sentences after it (narratives name the date only when it changes)."""
+    day: date | None = None
+    out: list[Sentence] = []
+    for line in source.text.splitlines():
+        line = _HEADER.sub("", line.strip(), count=1) if _is_header(line) else line.strip()
+        listed = _STATEMENT_LINE.match(line)
+        if listed:  # "Caroline — loves dancing (since May 2023); ...": one sentence per statement
+            ts = source.ts.astimezone(zone)
+            for item in split_items(listed["items"]):
+                out.append(
+                    Sentence(item, item, listed["subject"], ts, False, source.id, index, len(out), item=True)
+                )
+            continue
+        speaker: str | None = None  # a narrative names a speaker when it changes, within a line
+        for piece in split_sentences(line, labelled=True):
+            body = piece
+            m = _RENDERED.match(piece)
+            if m:
+                day = (parse_date(m["day"]) or day) if m["day"] else day
+                speaker, body = m["speaker"], m["body"]
+            ts = datetime.combine(day, time(), zone) if day else source.ts.astimezone(zone)
+            out.append(Sentence(body, body, speaker, ts, day is not None, source.id, index, len(out)))
+    return _attributed(out, source)
+
+
+# "Subject — statement; statement": how profiles, topics and personas list what a person said.
+_STATEMENT_LINE = re.compile(r"^(?P<subject>[^\s—:][^—:\n]{0,79}?) — (?P<items>\S.*)$")
+
+
+def split_items(listed: str) -> list[str]:
+    """The statements of a line, split at the "; " outside parentheses."""
+    out: list[str] = []
+    depth, begin = 0, 0
+    for i, char in enumerate(listed):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and listed.startswith("; ", i):
+            out.append(listed[begin:i])
+            begin = i + 2
+    out.append(listed[begin:])
+    return [item.strip() for item in out if item.strip()]
+
+
+def _attributed(parsed: list[Sentence], source: Source) -> list[Sentence]:
+    """Each of a memory's sentences with the turns it quotes: from the memory's sentence map when it
+    matches the parse (written by this module), else every turn the memory's text carries."""
+    per = source.sentence_turn_ids
+    if len(per) != len(parsed):
+        per = (source.turn_ids,) * len(parsed)
+    return [replace(s, turn_ids=turns) for s, turns in zip(parsed, per, strict=True)]
+
+
+def provenance(text: str, quoted: Sequence[Sentence], zone: ZoneInfo) -> Written:
+    """``text`` with the turns it carries, whole and per sentence as ``memory_sentences`` will read
+    it back: a sentence takes the turns of the quoted sentence it renders; one the parse cuts
+    differently (rare) takes the turns of every quoted sentence."""
+    if not quoted:
+        return Written(text, ())
+    carried = tuple(dict.fromkeys(t for s in quoted for t in s.turn_ids))
+    turns_of: dict[tuple[str, str], tuple[str, ...]] = {}
+    for s in quoted:
+        turns_of[sentence_key(s)] = tuple(dict.fromkeys((*turns_of.get(sentence_key(s), ()), *s.turn_ids)))
+    written = memory_sentences(Source(id="", ts=quoted[0].ts, text=text, turn_ids=()), 0, zone)
+    return Written(text, carried, tuple(turns_of.get(sentence_key(s), carried) for s in written))
+
+
+def _is_header(line: str) -> bool:
+    m = _HEADER.match(line.strip())
+    return m is not None and not _RENDERED.match(line.strip())
+
+
+def sentences(sources: Iterable[Source], zone: ZoneInfo) -> list[Sentence]:
+    """All sentences of ``sources`` in time order. Sources are sorted by (time, id) and repeated ids
+    dropped first, so the result does not depend on the order they were given in. A source with an
+    interval (``start``) is a memory, otherwise a unit."""
+    out: list[Sentence] = []
+    for index, source in enumerate(canonical(sources)):
+        read = _unit_sentences if source.start is None else memory_sentences
+        out.extend(read(source, index, zone))
+    return out
+
+
+def canonical(sources: Iterable[Source]) -> list[Source]:
+    """Sources in (time, id) order, each id once: the input order never matters."""
+    unique: dict[str, Source] = {}
+    for s in sorted(sources, key=lambda s: (s.ts, s.id, s.text)):
+        unique.setdefault(s.id, s)
+    return list(unique.values())
+
+
+def strip_notes(text: str) -> str:
+    return _ANNOTATION.sub("", text)
+
+
+def sentence_key(s: Sentence) -> tuple[str, str]:
+    """Identity of a statement: who said it and its words, ignoring case, punctuation and dates."""
+    words = " ".join(w.lower() for w in WORD.findall(strip_notes(s.text)))
+    return ((s.speaker or "").lower(), words)
+
+
+def _explicit(expression: str, label: str) -> bool:
+    """The expression already says what the label would ("in 2022", "May 8, 2023")."""
+    said = {w.lower() for w in WORD.findall(expression)}
+    named = {w.lower() for w in WORD.findall(label)} - {"the", "week", "weekend", "of"}
+    return named <= said
+
+
+def anchor(text: str, events: Sequence[EventTime], zone: ZoneInfo) -> str:
+    """``text`` with each occurrence of an event's expression followed by its resolved date in
+    parentheses: "yesterday" -> "yesterday (7 May 2023)". Idempotent."""
+    spans: list[tuple[int, int, str]] = []
+    for event in events:
+        label = render_interval(event, zone)
+        if not _explicit(event.expression, label):
+            spans += [(m.start(), m.end(), label) for m in mentions(text, event.expression)]
+    out: list[str] = []
+    pos = 0
+    for start, end, label in sorted(spans, key=lambda s: (s[0], -s[1])):
+        note = f" ({label})"
+        if start < pos or text.startswith(note, end):
+            continue  # inside an expression already anchored, or anchored before
+        out += [text[pos:end], note]
+        pos = end
+    return "".join(out) + text[pos:]
