@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from consumers.memories import MEMORIES, current_of_user, memory_source, nearest, union, unit_source, upsert
-from consumers.writer import EpisodeDraft, Scope, Source, Writer
+from consumers.writer import EpisodeDraft, Scope, Source, Writer, stamp
 from memstream.embedders.base import Embedder
 from memstream.store.base import Filter, VectorStore
 from memstream.units import UNITS, USER_FIELD, unit_from_payload
@@ -87,9 +87,7 @@ class RecurrenceConsolidator:
             sentence_turn_ids=[list(t) for t in draft.sentence_turn_ids],
             source_unit_ids=union(merge.source_unit_ids if merge else [], draft.source_ids),
             request_ids=union(merge.request_ids if merge else [], [req.request_id]),
-            extractive=self.writer.extractive,
-            writer=self.writer.label("merge" if merge else "episodes"),
-            model=self.writer.model,
+            **stamp(self.writer, "merge" if merge else "episodes"),
         )
 
     async def _facts(
@@ -130,9 +128,7 @@ class RecurrenceConsolidator:
                 triple=f.triple,
                 fact_type=f.fact_type,
                 request_ids=[req.request_id],
-                extractive=self.writer.extractive,
-                writer=self.writer.label("facts"),
-                model=self.writer.model,
+                **stamp(self.writer, "facts"),
             )
             updates.append(upsert(fact))
             updates += [

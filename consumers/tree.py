@@ -23,7 +23,7 @@ from consumers.memories import (
     unit_source,
     upsert,
 )
-from consumers.writer import Scope, Source, Writer, Written
+from consumers.writer import Scope, Source, Writer, Written, stamp, stamp_of
 from memstream import durative
 from memstream.embedders.base import Embedder
 from memstream.store.base import Filter, Range, VectorStore, scroll_all
@@ -93,9 +93,7 @@ class TreeSummarizer:
             sentence_turn_ids=[list(t) for t in written.sentence_turn_ids],
             children=child_ids,
             window_id=window.window_id,
-            extractive=single.extractive if single else self.writer.extractive,
-            writer=single.writer if single else self.writer.label(stage),
-            model=single.model if single else self.writer.model,
+            **(stamp_of(single) if single else stamp(self.writer, stage)),
         )
         state, linked = apply(state, window, node, p.children)
         return state, [upsert(node), *(upsert(c) for c in linked)]
@@ -144,9 +142,7 @@ class TreeSummarizer:
                             sentence_turn_ids=[list(t) for t in written.sentence_turn_ids],
                             children=[m.memory_id for m in members],
                             window_id=window.window_id,
-                            extractive=self.writer.extractive,
-                            writer=self.writer.label("durative"),
-                            model=self.writer.model,
+                            **stamp(self.writer, "durative"),
                         )
                     )
                 )

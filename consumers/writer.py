@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypedDict
 from zoneinfo import ZoneInfo
 
 from schemas.events import EventTime
@@ -134,3 +134,22 @@ class Writer(Protocol):
         self, scope: Scope, month: datetime, cluster: Sequence[Source]
     ) -> tuple[Written, Written]:
         """A topic summary and a persona summary of one cluster of the month's facts (TSM)."""
+
+
+class WriterStamp(TypedDict):
+    """The fields of a ``Memory`` that say what wrote it."""
+
+    extractive: bool
+    writer: str
+    model: str | None
+
+
+def stamp(writer: Writer, stage: str) -> WriterStamp:
+    """What a consolidator records on a memory ``writer`` wrote at ``stage``:
+    ``Memory(..., **stamp(writer, stage))``."""
+    return WriterStamp(extractive=writer.extractive, writer=writer.label(stage), model=writer.model)
+
+
+def stamp_of(memory: Memory) -> WriterStamp:
+    """The stamp of an existing memory, for a node that carries its one child's text unchanged."""
+    return WriterStamp(extractive=memory.extractive, writer=memory.writer, model=memory.model)

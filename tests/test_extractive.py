@@ -34,7 +34,7 @@ from consumers.extractive import (
 )
 from consumers.extractive.sentences import split_items
 from consumers.extractive.statements import read_statement, statement_list
-from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written
+from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written, stamp, stamp_of
 from memstream.datasets import locomo_turns
 from memstream.dates import format_date, render_interval
 from memstream.semantic_time import extract_event_times
@@ -1064,6 +1064,18 @@ def test_writer_implements_the_protocol() -> None:
         ours = getattr(ExtractiveWriter, name)
         assert inspect.signature(ours).parameters.keys() == inspect.signature(member).parameters.keys(), name
         assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(member), name
+
+
+def test_stamp_records_the_writer_and_a_passthrough_keeps_its_childs() -> None:
+    writer = ExtractiveWriter()
+    assert stamp(writer, "facts") == {"extractive": True, "writer": "extractive@3", "model": None}
+    child = Memory(
+        memory_id="s", tenant="t", user_id="u", kind=MemoryKind.SESSION, level=2, text="x", start=MON,
+        end=MON + timedelta(hours=1), recorded_at=MON, extractive=False, writer="session@2", model="m",
+    )  # fmt: skip
+    assert stamp_of(child) == {"extractive": False, "writer": "session@2", "model": "m"}
+    node = Memory.model_validate({**child.model_dump(), "memory_id": "n", **stamp(writer, "summary")})
+    assert (node.extractive, node.writer, node.model) == (True, "extractive@3", None)
 
 
 async def test_writer_output_makes_valid_memories() -> None:
