@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -32,7 +33,7 @@ from consumers import build_consolidation
 from consumers.memories import MEMORIES, memories_spec
 from consumers.offline import consolidate_all, ingest_all
 from memstream.embedders import make_embedder
-from memstream.recall import engine
+from memstream.recall.config import DEFAULT
 from memstream.recall.engine import recall
 from memstream.sample import generate
 from memstream.settings import Settings
@@ -98,9 +99,11 @@ async def run(
             now = now if now.tzinfo else now.replace(tzinfo=UTC)
             first = q % len(lexical)  # each value goes first in turn
             for n in lexical[first:] + lexical[:first]:
-                engine.LEXICAL_CANDIDATES = n  # the engine reads it per call
+                config = replace(DEFAULT, lexical_candidates=n)
                 t0 = time.perf_counter()
-                result = recall(store, model, user_key=key, query=question, now=now, budget_tokens=budget)
+                result = recall(
+                    store, model, user_key=key, query=question, now=now, budget_tokens=budget, config=config
+                )
                 latencies[n].append((time.perf_counter() - t0) * 1000)
                 returned[n].append(len(result.items))
         shards.close()
@@ -143,7 +146,7 @@ def main() -> None:
         "--lexical",
         type=int,
         nargs="+",
-        default=[engine.LEXICAL_CANDIDATES],
+        default=[DEFAULT.lexical_candidates],
         help="lexical (BM25) unit candidates per recall, 0 = dense only (default %(default)s); "
         "several values are timed alternately on one store",
     )

@@ -4,7 +4,8 @@ then taken in that order into the same token budget as recall. Pure functions ov
 Each turn is scored on its ``Speaker: content`` text (what ingest embeds) and shown to the agent as one line
 ``[8 May 2023] Speaker: content``. Orders:
 
-* ``hybrid``: 0.9 * cosine + 0.1 * BM25, BM25 min-max normalised over the user's turns;
+* ``hybrid``: lam * cosine + (1 - lam) * BM25, lam from ``config.FLAT_HYBRID`` (0.9), BM25 min-max
+  normalised over the user's turns;
 * ``dense``: cosine only; ``bm25``: BM25 only.
 
 Ties go to the earlier turn. Turns are taken in order, a turn that does not fit what is left of the budget
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memstream.dates import format_date
+from memstream.recall.config import FLAT_HYBRID, RecallConfig
 from memstream.recall.rank import CHARS_PER_TOKEN, bm25_scores
 
-HYBRID_LAMBDA = 0.9  # the issue's flat baseline, whatever weight recall itself uses
 ORDERS = ("hybrid", "dense", "bm25")
 
 
@@ -46,12 +47,14 @@ def min_max(values: Sequence[float]) -> list[float]:
     return [(v - low) / (high - low) for v in values]
 
 
-def rankings(turns: Sequence[RawTurn], cosines: Sequence[float], query: str) -> dict[str, list[int]]:
+def rankings(
+    turns: Sequence[RawTurn], cosines: Sequence[float], query: str, config: RecallConfig = FLAT_HYBRID
+) -> dict[str, list[int]]:
     """Each baseline's order of ``turns`` (indices, best first) for ``query``; ``cosines[i]`` is the
-    cosine of ``turns[i]`` to the query."""
+    cosine of ``turns[i]`` to the query; the hybrid weighs them by ``config.lam``."""
     sparse = min_max(bm25_scores(query, [t.text for t in turns]))
     scores = {
-        "hybrid": [HYBRID_LAMBDA * c + (1 - HYBRID_LAMBDA) * s for c, s in zip(cosines, sparse, strict=True)],
+        "hybrid": [config.lam * c + (1 - config.lam) * s for c, s in zip(cosines, sparse, strict=True)],
         "dense": list(cosines),
         "bm25": sparse,
     }

@@ -9,8 +9,9 @@ process and in topic order, then every question is asked through ``memstream.rec
 ``now`` = the day after the last session.
 
 The same run ranks the user's raw turns for each question with the flat baselines of
-``memstream.baselines`` (hybrid, dense, BM25; same embedder) and fills the same budgets with them, and
-builds an oracle: the question's evidence turns only, in dialogue order, rendered like the baselines.
+``memstream.baselines`` (hybrid, weighted by the ``FLAT_HYBRID`` preset; dense; BM25; same embedder) and
+fills the same budgets with them (recall runs on the ``DEFAULT`` preset), and builds an oracle: the
+question's evidence turns only, in dialogue order, rendered like the baselines.
 
 Scores (``memstream.scoring``), per budget, per category and over all questions ("all"):
 
@@ -54,6 +55,7 @@ from memstream.baselines import RawTurn
 from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
+from memstream.recall.config import DEFAULT, FLAT_HYBRID
 from memstream.recall.engine import recall
 from memstream.recall.rank import tokens
 from memstream.scoring import answer_recall, id_recall, text_recall
@@ -162,7 +164,8 @@ async def evaluate(
             turn_vectors = embedder.embed([t.text for t in conv.turns])
             question_vectors = embedder.embed([q.text for q in conv.questions])
             for q, vector in zip(conv.questions, question_vectors, strict=True):
-                orders = baselines.rankings(conv.turns, (turn_vectors @ vector).tolist(), q.text)
+                cosines = (turn_vectors @ vector).tolist()
+                orders = baselines.rankings(conv.turns, cosines, q.text, FLAT_HYBRID)
                 orders[ORACLE] = sorted(position[e] for e in q.evidence)
                 evidence_turns = [conv.contents[e] for e in q.evidence]
                 cells: dict[str, Any] = {}
@@ -174,6 +177,7 @@ async def evaluate(
                         query=q.text,
                         now=conv.now,
                         budget_tokens=budget,
+                        config=DEFAULT,
                     )
                     items = [item for item, _ in result.items]
                     cell: dict[str, Any] = {

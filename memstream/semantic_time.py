@@ -1,73 +1,9 @@
 """TSM semantic time: when the things a message talks about happen, not only when they were said.
 
-``extract_event_times(text, dialogue_time)`` finds the time expressions in one chat message and turns each
-into a half-open interval ``[start, end)`` relative to the dialogue time. Intervals are computed on the
-speaker's calendar: days, weeks, months and years of ``dialogue_time.tzinfo``, every bound an aware datetime
-at local midnight in that zone (``MOMENT`` intervals excepted). Results come in text order, an interval
-already reported is not repeated (the first expression wins), and ``expression`` is the matched span with
-its modifiers and prepositions ("last Friday", "in March").
-
-Hot path: this runs on every ingested turn. A token-set gate rejects texts without a time word or a digit in
-a few µs; otherwise the rules (one precompiled alternation per possible first word) are tried only at the
-few token starts just before a time word, not at every character. dateparser is asked only about the
-explicit-date shapes the rules do not parse themselves, and its answers are cached per (span, date).
-
-Rules (``today`` = the dialogue's local date; weeks run Monday to Sunday; a weekend is Saturday 00:00 to
-Monday 00:00):
-
-* Days: today / tonight / this morning|afternoon|evening -> today; yesterday / last night -> yesterday;
-  tomorrow -> tomorrow; the day before yesterday / the day after tomorrow -> today -2 / +2.
-* "N units ago" / "N units from now", units day, week, weekend, month, year (hour and minute: a one-unit
-  ``MOMENT`` interval). N is digits or a word (a, an, one ... twenty, thirty, forty, fifty). The result is
-  the calendar unit containing today - N units: "two weeks ago" said on a Monday is the whole week before
-  last, "3 months ago" in May is all of February. Vague counts give the union of a range of such units:
-  a couple = 2-3, a few = 2-4, several = 3-7 ("a few days ago" = today-4 .. today-2).
-* last / this / next week|month|year: the previous / current / following calendar unit. "this past X"
-  means "last X"; "coming X" and "this coming X" mean "next X". "the week before last" and "the week after
-  next" (also weekend, month, year) shift by two.
-* Rolling windows, when a count or "the" comes before the unit ("the past two weeks", "the last week",
-  "over the next few months"): from today - N units to the end of today, or from today to today + N units
-  + 1 day. "the last day", "the past years" (no count) are not resolved.
-* Weekends (dateparser returns nothing for these): "this weekend" = the weekend of the current week (on
-  Saturday or Sunday, the one in progress); "last weekend" / "this past weekend" = the one before it; "next
-  weekend" = the one after it; "(this) coming weekend" = the first one starting after today; "over / on /
-  at / during the weekend" = the most recent one that has started. "N weekends ago" counts back from "this
-  weekend".
-* Weekdays: bare, "on Friday", "last Friday", "this past Friday" -> the most recent such day strictly before
-  today (1-7 days back: past tense dominates in chat memory); "next Friday", "(this) coming Friday" -> the
-  first one strictly after today; "this Friday" -> that day of the current week. Abbreviations (Fri, Tues,
-  Sat, ...) count only capitalised and after last/next/this/coming, so "sat" and "sun" as words never match;
-  plurals ("on Fridays") are habits, not events; "Good Friday" / "Black Friday" are skipped.
-* Month names, after a preposition (in, during, since, back in, early, mid, late, the end / start /
-  beginning / middle of) or a modifier. "in March" = the most recent March not after the dialogue month;
-  "last March" = the most recent one strictly before it; "this March" = March of the dialogue year; "next
-  March" = the first one strictly after the dialogue month. dateparser would copy the reference
-  day-of-month, so months are resolved here. "May" and "March" count only capitalised ("I may go").
-* Explicit dates (day): "8 May 2023", "8th of May, 2023", "May 8th", "May 8, 2023", "Monday, May 8",
-  "2023-05-08", "05/08/2023" (month/day/year, US order, unless the first number is over 12; a two-digit
-  year is 20yy unless that is more than ten years ahead). Without a year: the most recent such day not
-  after today. "March 2022" / "March of 2022" -> that month. Other numeric or dashed shapes
-  ("2023/05/08", "08.05.2023", "8-May-2023") go to dateparser (``languages=['en']``, past preferred, its
-  MDY default order, so "08.05.2023" is 5 August), whose date becomes an interval by the period it reports
-  (day, week, month, year; a clock time keeps the day).
-* Years 1900-2099 after in / during / since / from / back in / throughout / the end (start, beginning,
-  middle) of -> that year. A number alone is never a year, nor is "in 1990s", "in 2000 steps", "out of 2000"
-  or "around 2000" (too often a quantity).
-* Seasons (northern hemisphere, meteorological): spring Mar-May, summer Jun-Aug, fall/autumn Sep-Nov,
-  winter Dec-Feb, an instance named by the year it starts in (winter 2022 = Dec 2022 - Feb 2023). "this
-  summer" = the instance nearest to today (the current one when inside it, the later one on a tie); "last
-  summer" / "this past summer" = the most recent instance that has ended; "next summer" = a year after
-  "this summer"; "(this) coming summer" = the first instance starting after today; "in (the) summer",
-  "during the summer" = the most recent instance that has started; "summer 2022", "the summer of 2022" =
-  that instance. A season word needs one of these ("hot spring", "I fall", "summer camp" never match).
-
-Deliberately not handled: vague references (recently, lately, the other day, a while ago, long ago, years
-ago); narrative-relative ones (the next day, the week before, two days later) and context carried over ("in
-May 2019 and again in June": June is still read against the dialogue date); "in N days", which can't be
-told from a duration ("finished it in two weeks"); clock times (only the date is kept); a bare day of the
-month ("on the 8th"); decades ("the 90s"); ranges ("from May to June" gives nothing); holidays ("Good
-Friday" gives nothing); and tense: a bare "in June" said in May is last June even when the speaker is
-making plans.
+``extract_event_times(text, dialogue_time)`` turns the time expressions of one chat message into half-open
+``[start, end)`` intervals on the speaker's calendar, relative to the dialogue time. It runs on every
+ingested turn, so a word gate and per-start-word rules keep it to microseconds. Every rule, and what is
+deliberately not resolved: docs/semantic-time.md.
 """
 
 from __future__ import annotations
@@ -602,8 +538,33 @@ def _r_tomorrow(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     return _shift_units(ctx, "day", 1, 1)
 
 
+# Each rule's resolver, by the rule's name in _RULES (a test checks that every rule has one).
 _RESOLVERS: dict[str, Callable[[re.Match[str], _Ctx], _Interval | None]] = {
-    name: globals()[f"_r_{name}"] for name, _, _ in _RULES
+    "iso": _r_iso,
+    "slash": _r_slash,
+    "dp": _r_dp,
+    "my": _r_my,
+    "dmy": _r_dmy,
+    "mdy": _r_mdy,
+    "season_year": _r_season_year,
+    "day_before_yesterday": _r_day_before_yesterday,
+    "day_after_tomorrow": _r_day_after_tomorrow,
+    "two_back": _r_two_back,
+    "two_ahead": _r_two_ahead,
+    "ago": _r_ago,
+    "from_now": _r_from_now,
+    "unit": _r_unit,
+    "weekend": _r_weekend,
+    "weekday_mod": _r_weekday_mod,
+    "weekday": _r_weekday,
+    "month_mod": _r_month_mod,
+    "month": _r_month,
+    "season_mod": _r_season_mod,
+    "season": _r_season,
+    "year": _r_year,
+    "yesterday": _r_yesterday,
+    "today": _r_today,
+    "tomorrow": _r_tomorrow,
 }
 
 

@@ -1,7 +1,9 @@
-"""What a DELETE means for work already on its way. The gateway deletes a user's points and
-publishes a tombstone; turns it accepted before the DELETE, and what consolidation makes of them,
-may still be in the topics behind it. A worker handling the tombstone erases the user again and
-remembers two times per user, so that such records are dropped wherever they arrive later:
+"""Forgetting a user. ``erase_user`` deletes their points: the gateway's DELETE does, and a worker
+does again when it handles the tombstone (whatever landed after the gateway's delete).
+
+Turns the gateway accepted before the DELETE, and what consolidation makes of them, may still be in
+the topics behind the tombstone. A worker handling the tombstone remembers two times per user, so
+that such records are dropped wherever they arrive later:
 
 * ``deleted_at``: when the gateway deleted the user (its clock). A turn sent before then is
   forgotten (Kafka's create time of the record, set by the gateway that accepted it).
@@ -14,7 +16,11 @@ within a fraction of a second) is erased with the rest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from memstream.store.base import Filter, VectorStore
+from memstream.units import USER_FIELD
 
 
 @dataclass(frozen=True)
@@ -38,3 +44,12 @@ def sent_before(gone: Forgotten | None, timestamp: float | None) -> bool:
 def made_before(gone: Forgotten | None, timestamp: float | None) -> bool:
     """Whether work made at ``timestamp`` derives from data of before a deletion."""
     return gone is not None and (timestamp is None or timestamp <= gone.handled_at)
+
+
+def erase_user(store: VectorStore, user_key: str, collections: Sequence[str]) -> list[int]:
+    """Delete every point of ``user_key`` in each of ``collections``; returns how many each held."""
+    mine = Filter(equals={USER_FIELD: user_key})
+    counts = [store.count(collection, mine) for collection in collections]
+    for collection in collections:
+        store.delete(collection, mine)
+    return counts

@@ -13,9 +13,8 @@ from typing import Any, Protocol, TypeVar
 
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
 from memstream.pause import until_available
-from memstream.store.base import Filter, VectorStore
+from memstream.store.base import VectorStore
 from memstream.tree import TreeState, in_closing_order
-from memstream.units import USER_FIELD
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
     ConsolidationRequest,
@@ -30,7 +29,7 @@ from schemas.events import (
 from schemas.memory import MemoryUpdate
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, WINDOWS
 from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
-from streams.forgetting import Forgotten, made_before, sent_before
+from streams.forgetting import Forgotten, erase_user, made_before, sent_before
 from streams.ingest import BatchResult, Incoming, dead_letter
 from streams.read_your_writes import Interrupted, ReadYourWrites
 from streams.validation import Rejection
@@ -460,10 +459,9 @@ class Forgetting:
         for table in self.user_tables:
             if key in table:
                 del table[key]
-        erase = partial(self.erase, self.store_of(r.partition), Filter(equals={USER_FIELD: stone.key}))
+        erase = partial(self.erase, self.store_of(r.partition), stone.key)
         await until_available(erase, "forget", self.sleep)
         return Done()
 
-    async def erase(self, store: VectorStore, mine: Filter) -> None:
-        for collection in self.collections:
-            store.delete(collection, mine)
+    async def erase(self, store: VectorStore, user_key: str) -> None:
+        erase_user(store, user_key, self.collections)

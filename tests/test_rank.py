@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memstream.recall.config import DEFAULT
 from memstream.recall.rank import (
-    LAMBDA,
-    LEVEL_DECAY,
     Item,
     Scored,
     ancestor_ids,
@@ -124,7 +123,7 @@ def test_leaf_scores_mix_dense_and_sparse() -> None:
     assert leaf_scores(items, "violin", lam=1.0) == [0.3, 0.6]
     assert leaf_scores(items, "violin", lam=0.0) == [1.0, 0.0]
     mixed = leaf_scores(items, "violin")
-    assert mixed == pytest.approx([LAMBDA * 0.3 + (1 - LAMBDA), LAMBDA * 0.6])
+    assert mixed == pytest.approx([DEFAULT.lam * 0.3 + (1 - DEFAULT.lam), DEFAULT.lam * 0.6])
 
 
 def test_bm25_counts_stop_words_in_neither_terms_nor_length() -> None:
@@ -234,7 +233,7 @@ def test_select_prefers_a_summary_of_many_relevant_leaves_that_do_not_fit() -> N
     assert costs(out) <= 40
     assert ids(out)[0] == "s" and ids(out)[1:] == ["u0", "u1"]
     score = dict((i.id, s) for i, s in out)["s"]
-    assert score == pytest.approx(0.9 * LEVEL_DECAY)  # the best activated leaf below it, one level up
+    assert score == pytest.approx(0.9 * DEFAULT.level_decay)  # the best activated leaf below it, one level up
 
 
 def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 
 from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
-from memstream.recall import engine, rank
-from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
+from memstream.recall import rank
+from memstream.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
+from memstream.recall.engine import Recalled, recall
 from memstream.recall.time_intent import contains, distance
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
@@ -178,7 +180,7 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
     )
     assert result.items
     assert counting.calls["search_many"] == 2  # units; episodes, facts and sessions in one batch
-    assert counting.calls["scroll"] <= MAX_SESSION_LOOKUPS
+    assert counting.calls["scroll"] <= DEFAULT.max_session_lookups
     assert counting.calls["retrieve"] <= 4  # one per tree level above the sessions
     assert set(counting.calls) <= {"search_many", "scroll", "retrieve"}
 
@@ -190,9 +192,8 @@ def _now() -> datetime:
 DECOYS = [f"The festival trip plans are coming along, {w} festival trip plans." for w in ("a", "b", "c")]
 
 
-def _lexical_store(tmp_path: Path) -> EdgeShards:
-    """One user: a dozen turns that share most of the question's words, and one that says only its
-    rarest word, so the dense list misses it when it is short."""
+def _store_of(tmp_path: Path, texts: list[str]) -> EdgeShards:
+    """One user, one session, a turn a minute saying each of ``texts``; ingested, not consolidated."""
     turns = [
         Turn(
             tenant="t",
@@ -202,7 +203,7 @@ def _lexical_store(tmp_path: Path) -> EdgeShards:
             ts=datetime(2024, 5, 1, 10, i, tzinfo=UTC),
             messages=[Message(speaker="Anna", content=text)],
         )
-        for i, text in enumerate([*(DECOYS * 4), "My cousin finally booked Zanzibar for the spring."])
+        for i, text in enumerate(texts)
     ]
     shards = EdgeShards(tmp_path / "store", [units_spec(384), memories_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
@@ -211,13 +212,19 @@ def _lexical_store(tmp_path: Path) -> EdgeShards:
     return shards
 
 
-@pytest.mark.parametrize(("lexical", "found"), [(engine.LEXICAL_CANDIDATES, True), (0, False)])
+def _lexical_store(tmp_path: Path) -> EdgeShards:
+    """One user: a dozen turns that share most of the question's words, and one that says only its
+    rarest word, so the dense list misses it when it is short."""
+    return _store_of(tmp_path, [*(DECOYS * 4), "My cousin finally booked Zanzibar for the spring."])
+
+
+@pytest.mark.parametrize(("lexical", "found"), [(DEFAULT.lexical_candidates, True), (0, False)])
 def test_a_unit_saying_the_questions_words_is_a_candidate_beyond_the_dense_list(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lexical: int, found: bool
+    tmp_path: Path, lexical: int, found: bool
 ) -> None:
     shards = _lexical_store(tmp_path)
-    monkeypatch.setattr(engine, "UNIT_CANDIDATES", 5)  # a dense list that covers a few of the user's units
-    monkeypatch.setattr(engine, "LEXICAL_CANDIDATES", lexical)
+    # a dense list that covers a few of the user's units
+    config = replace(DEFAULT, unit_candidates=5, lexical_candidates=lexical)
     result = recall(
         shards.get(0),
         HashingEmbedder(384),
@@ -225,8 +232,34 @@ def test_a_unit_saying_the_questions_words_is_a_candidate_beyond_the_dense_list(
         query="Are the festival trip plans for Zanzibar coming along?",
         now=datetime(2024, 5, 2, tzinfo=UTC),
         budget_tokens=2000,
+        config=config,
     )
     shards.close()
     assert any("Zanzibar" in i.text for i, _ in result.items) is found  # every candidate fits the budget
     zanzibar = [i for i, _ in result.items if "Zanzibar" in i.text]
     assert all(0 < i.dense < max(j.dense for j, _ in result.items) for i in zanzibar)  # it kept its cosine
+
+
+def test_recall_runs_on_the_config_it_is_given(tmp_path: Path) -> None:
+    shards = _store_of(
+        tmp_path,
+        ["I booked the Zanzibar trip for the spring.", "Thanks, Ben!", "The flights to Zanzibar were cheap."],
+    )
+
+    def ask_with(config: RecallConfig) -> Recalled:
+        now = datetime(2024, 5, 2, tzinfo=UTC)
+        return recall(
+            shards.get(0),
+            HashingEmbedder(384),
+            user_key="t/anna",
+            query="Zanzibar trip",
+            now=now,
+            config=config,
+        )
+
+    default, flat = ask_with(DEFAULT), ask_with(replace(FLAT_HYBRID, lam=1.0))
+    shards.close()
+    assert not any("Thanks" in i.text for i, _ in default.items)  # phatic: dropped by default
+    assert any("Thanks" in i.text for i, _ in flat.items)  # the flat preset filters nothing
+    assert all(score == pytest.approx(i.dense) for i, score in flat.items)  # cosine only, no smoothing
+    assert any(score != pytest.approx(i.dense) for i, score in default.items)

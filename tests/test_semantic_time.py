@@ -414,3 +414,8 @@ def test_past_expression_on_each_weekday() -> None:
         assert timedelta(days=1) <= when - friday.start <= timedelta(days=7)
         (weekend,) = extract_event_times("last weekend", when)
         assert weekend.start.weekday() == 5 and weekend.end <= when
+
+
+def test_every_rule_has_its_resolver() -> None:
+    """A rule without one would raise only when it first matched, on a turn in production."""
+    assert list(semantic_time._RESOLVERS) == [name for name, _, _ in semantic_time._RULES]

@@ -136,7 +136,7 @@ def test_remote_store_follows_a_moved_partition(tmp_path: Path) -> None:
     """A worker that answers 409 (not the owner any more) sends the call to the new owner."""
     owner = _StoreServer(EdgeStore(tmp_path / "store"))
     threading.Thread(target=owner.serve_forever, daemon=True).start()
-    stale = http.server.HTTPServer(("127.0.0.1", 0), _NotOwnerHandler)
+    stale = http.server.HTTPServer(("127.0.0.1", 0), _FormerOwnerHandler)
     threading.Thread(target=stale.serve_forever, daemon=True).start()
     asked: list[bool] = []
 
@@ -151,7 +151,7 @@ def test_remote_store_follows_a_moved_partition(tmp_path: Path) -> None:
     assert asked[:2] == [False, True]
 
 
-class _NotOwnerHandler(http.server.BaseHTTPRequestHandler):
+class _FormerOwnerHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["content-length"] or 0))
         self.send_response(409)

@@ -60,6 +60,7 @@ from schemas.api import (
 from schemas.events import DEFAULT_TENANT, IsoAwareDatetime, Tombstone, Turn, partition_key
 from schemas.tools import TOOLS, ToolResult, openai_tools
 from schemas.topics import TOMBSTONES, TURNS
+from streams.forgetting import erase_user
 from streams.validation import Limits, Rejection, limits_from, validate
 
 log = logging.getLogger("memstream.gateway")
@@ -398,16 +399,7 @@ def create_app(settings: Settings) -> FastAPI:
         """Forget a user: every unit and memory of theirs, in every collection; a tombstone is
         recorded on the ``tombstones`` topic. Returns what was deleted."""
         key = partition_key(tenant, user_id)
-        store = svc.store(key)
-        mine = Filter(equals={USER_FIELD: key})
-
-        def forget() -> tuple[int, int]:
-            counts = store.count(UNITS, mine), store.count(MEMORIES, mine)
-            store.delete(UNITS, mine)
-            store.delete(MEMORIES, mine)
-            return counts
-
-        units, memories = await run_in_threadpool(forget)
+        units, memories = await run_in_threadpool(erase_user, svc.store(key), key, [UNITS, MEMORIES])
         stone = Tombstone(
             tenant=tenant, user_id=user_id, deleted_at=datetime.now(UTC), units=units, memories=memories
         )

@@ -1,22 +1,7 @@
-"""Recall over one user's store: the thin shell around the pure steps of ``time_intent`` and ``rank``.
+"""Recall over one user's store: the thin shell that fetches candidates and their ancestors for ``rank``.
 
-1. time intent (TSM) and complexity plan (TiMem);
-2. leaf candidates, in two batched searches: the user's units nearest the query joined to those that
-   match its words best (BM25 inside the store, ``LEXICAL_CANDIDATES``), episodes and facts nearest
-   the query, and the user's session nodes nearest it (their ``children`` name their units, so most
-   units find their session without a lookup of their own); leaves scored λ·cosine + (1-λ)·BM25, a
-   unit then gaining from its neighbours in the dialogue (``rank.smooth_neighbours``); phatic units
-   dropped (``rank.phatic``);
-3. the activated leaves' ancestors: a unit's session, then days, weeks and profiles up ``parent_id``, one
-   batched read per level;
-4. facts valid at the asked time (superseded ones only for questions about change);
-5. selection within ``budget_tokens`` (``rank.select``: leaves by default, ``DEFAULT_LEVELS``; with tree
-   levels asked for, the nodes that stand for relevant leaves the budget cannot hold; inside the asked time
-   first), ordering, and a rendered context with dates (a unit's event time where it differs);
-   each item is charged its rendered line, so the context itself fits the budget.
-
-Store round trips per call: two searches, at most ``MAX_SESSION_LOOKUPS`` session lookups for activated units
-whose session was not among the nearest sessions, and one read per tree level above.
+Per call: two batched searches (units dense + BM25, then episodes, facts and sessions), at most
+``config.max_session_lookups`` session lookups, one read per tree level above; the steps: docs/recall.md.
 """
 
 from __future__ import annotations
@@ -34,27 +19,13 @@ from consumers.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream import lexical
 from memstream.embedders.base import Embedder
 from memstream.recall import rank
+from memstream.recall.config import DEFAULT, RecallConfig
 from memstream.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
 from memstream.store.base import Filter, SearchQuery, VectorStore
 from memstream.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.memory import Memory, MemoryKind
 
-UNIT_CANDIDATES = 300  # nearest units fetched: BM25 and the neighbour smoothing rerank within them
-# Units fetched by the store's BM25 (the units' sparse vector) besides the dense ones, so that a unit which
-# says the question's words is a candidate even when its cosine is not among the user's nearest 300: with
-# thousands of units per user the dense list covers a small share of them. 100 is about what the budget
-# can use (20-40 units fit 1,000 tokens) with room for the lexical order to be imperfect; the store pays
-# little for it (bench/RESULTS.md).
-LEXICAL_CANDIDATES = 100
-CANDIDATES = 40  # nearest episodes, and facts, fetched
-SESSION_CANDIDATES = 64  # nearest session nodes fetched, for their children lists
-MAX_SESSION_LOOKUPS = 8  # activated units whose session is looked up by its children when not fetched
 LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
-# What a recall without ``levels`` returns: the leaves alone. On LoCoMo dev, tree nodes chosen by gain per
-# token cost 4-13 points of text and 1-6 of answer recall at 500 and 1000 tokens against the leaves alone
-# (bench/RESULTS.md); the extractive nodes quote a few sentences of many turns. They stay reachable by
-# asking for their levels.
-DEFAULT_LEVELS = (rank.LEAF_LEVEL,)
 
 
 @dataclass(frozen=True)
@@ -75,28 +46,33 @@ def recall(
     budget_tokens: int = 1000,
     zone: ZoneInfo | None = None,
     levels: Sequence[int] | None = None,
+    config: RecallConfig = DEFAULT,
 ) -> Recalled:
     """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
     ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
 
     ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
-    personas) are returned, and they get the whole budget; None = ``DEFAULT_LEVELS`` (leaves only). Phatic
-    units (``rank.phatic``) are never returned."""
+    personas) are returned, and they get the whole budget; None = ``config.levels``. Phatic units
+    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``)."""
     zone = zone or ZoneInfo("UTC")
     now = now if now.tzinfo else now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
     complexity = rank.plan_complexity(query, bool(intent.intervals))
     vector = embedder.embed([query])[0]
 
-    leaves, sessions = _candidates(store, vector, query, user_key)
+    leaves, sessions = _candidates(store, vector, query, user_key, config)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
-        list(zip(leaves, rank.leaf_scores(leaves, query), strict=True)), intent.asks_change, None
+        list(zip(leaves, rank.leaf_scores(leaves, query, config.lam), strict=True)), intent.asks_change, None
     )
-    scored = rank.drop_phatic(rank.smooth_neighbours(scored))  # phatic turns still lift their neighbours
-    activated = {item.id for item, _ in rank.top(scored, rank.ACTIVATED)}
-    by_id, session_of = _ancestors(store, user_key, [i for i, _ in scored if i.id in activated], sessions)
+    smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
+    scored = rank.drop_phatic(
+        smoothed, config.min_content_words
+    )  # phatic turns still lifted their neighbours
+    activated = {item.id for item, _ in rank.top(scored, config.activated)}
+    leaves_up = [i for i, _ in scored if i.id in activated]
+    by_id, session_of = _ancestors(store, user_key, leaves_up, sessions, config.max_session_lookups)
     linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
 
     def closeness(item: rank.Item) -> float:
@@ -107,7 +83,9 @@ def recall(
         by_id,
         budget_tokens,
         inside=lambda i: contains(intent, i.start, i.end),
-        levels=frozenset(DEFAULT_LEVELS if levels is None else levels),
+        levels=frozenset(config.levels if levels is None else levels),
+        activated=config.activated,
+        level_decay=config.level_decay,
         zone=zone,
     )
     ordered = rank.order(selected, closeness)
@@ -115,17 +93,18 @@ def recall(
 
 
 def _candidates(
-    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str
+    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str, config: RecallConfig
 ) -> tuple[list[rank.Item], list[rank.Item]]:
     """The leaves nearest the query (units, episodes, facts; units also by BM25) and the session nodes
     nearest it. Every candidate carries its cosine: the store rescores the lexical ones densely."""
     mine = Filter(equals={USER_FIELD: user_key})
+    sparse = lexical.encode_query(query)
     units_query = SearchQuery(
-        vector, UNIT_CANDIDATES, mine, sparse=lexical.encode_query(query), sparse_limit=LEXICAL_CANDIDATES
+        vector, config.unit_candidates, mine, sparse=sparse, sparse_limit=config.lexical_candidates
     )
     units_hits = store.search_many(UNITS, [units_query])[0]
     kinds = [*LEAF_KINDS, MemoryKind.SESSION]
-    limits = [*(CANDIDATES for _ in LEAF_KINDS), SESSION_CANDIDATES]
+    limits = [*(config.candidates for _ in LEAF_KINDS), config.session_candidates]
     memory_hits = store.search_many(
         MEMORIES,
         [
@@ -140,16 +119,20 @@ def _candidates(
 
 
 def _ancestors(
-    store: VectorStore, user_key: str, leaves: Collection[rank.Item], sessions: Sequence[rank.Item]
+    store: VectorStore,
+    user_key: str,
+    leaves: Collection[rank.Item],
+    sessions: Sequence[rank.Item],
+    max_session_lookups: int,
 ) -> tuple[dict[str, rank.Item], dict[str, str]]:
     """Every tree node above the leaves, by id, and each unit's session id: a unit's session is the node
     listing it among its ``children`` (from ``sessions``, else looked up for the first
-    ``MAX_SESSION_LOOKUPS`` such units), then up the ``parent_id`` chain; a fact's episode by its
+    ``max_session_lookups`` such units), then up the ``parent_id`` chain; a fact's episode by its
     ``parent_id``."""
     by_id: dict[str, rank.Item] = {}
     session_of = {child: s.id for s in sessions for child in s.children}
     units = [leaf for leaf in leaves if leaf.kind == "unit"]
-    for leaf in [u for u in units if u.id not in session_of][:MAX_SESSION_LOOKUPS]:
+    for leaf in [u for u in units if u.id not in session_of][:max_session_lookups]:
         hits, _ = store.scroll(MEMORIES, Filter(equals={USER_FIELD: user_key, "children": leaf.id}), 4)
         for h in hits:
             node = item_of(memory_from_payload(h.payload), 0.0)

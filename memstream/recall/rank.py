@@ -1,26 +1,8 @@
-"""The pure core of hierarchical recall: TiMem's leaf scoring and tree propagation, TSM's time-first order.
+"""The pure core of recall: leaf scores, tree propagation within a token budget, order and rendering.
 
-Everything here works on plain :class:`Item`s (no store, no embedder, no clock), so recall's ranking
-is deterministic and unit-testable. The intended pipeline, for one query:
-
-    leaves   = keep_valid(zip(items, leaf_scores(items, query)), asks_change, at)  # units, episodes, facts
-    leaves   = smooth_neighbours(leaves)                     # a turn next to a strong one gains
-    selected = select(leaves, by_id, budget_tokens, inside, zone=zone)  # leaves + nodes, asked time first
-    context  = render_context(order(selected, closeness), zone)
-
-``select`` is where TiMem's propagation happens: the top ``ACTIVATED`` leaves are the activated set, each with
-a gain (its score above the first leaf left out); a tree node (session, day, week, profile) is worth the
-gains of the activated leaves below it that the context does not hold yet. Leaves and nodes then compete
-for the token budget on one scale, gain per token, so a summary enters when it stands for more relevant
-material than the raw leaves its tokens would buy, and no leaf is dropped because a node above it was kept.
-
-Parameters follow ``DESIGN.md`` ("Parameters from the papers") where they transfer: the leaf score is
-λ·cosine + (1−λ)·BM25, with λ 0.7 rather than the paper's 0.9 (see ``LAMBDA``), and the activated set is
-wider than TiMem's 20 leaves (see ``ACTIVATED``). TiMem's per-level budgets (how many sessions, days, weeks,
-profiles a simple / hybrid / complex question may keep) are not applied: under a token budget the gain per
-token decides how much of each level enters, and on LoCoMo dev the per-level caps cost most on multi-hop
-questions, which ``plan_complexity`` reads as simple ("What books has Melanie read?"). ``plan_complexity``
-is still part of recall's result.
+Plain :class:`Item`s in (no store, no embedder, no clock), so ranking is deterministic and unit-tested;
+``engine.recall`` feeds it. The tunables are parameters, their values in ``config.RecallConfig``; how
+``select`` propagates relevance up the tree and why: docs/recall.md.
 """
 
 from __future__ import annotations
@@ -36,26 +18,12 @@ from zoneinfo import ZoneInfo
 
 from memstream.dates import coarse_date, render_span
 from memstream.lexical import tokenize
+from memstream.recall.config import DEFAULT
 
 Complexity = Literal["simple", "hybrid", "complex"]
 
-# Weight of the dense cosine in a leaf's score. TiMem uses 0.9 with Qwen3 embeddings; with MiniLM the cosines
-# of relevant and unrelated turns of one user differ by a few hundredths while BM25 (normalised by its max)
-# spans [0, 1], so at 0.9 the lexical channel hardly moves the order. 0.7 is better on LoCoMo dev at every
-# budget (bench/RESULTS.md); the flat baseline of ``memstream eval`` keeps 0.9.
-LAMBDA = 0.7
-# Share of the better neighbour's score a unit gains (``smooth_neighbours``).
-NEIGHBOUR_WEIGHT = 0.3
-# How many leaves are activated: their gains are what tree nodes stand for. Wider than TiMem's 20 because a
-# node is only useful for relevant leaves the budget cannot hold, and at 1,000 tokens about 20 leaves fit.
-ACTIVATED = 60
-LEVEL_DECAY = 0.9  # a node n levels above a leaf reports leaf_score * LEVEL_DECAY**n (presentation only)
 LEAF_LEVEL = 1
 CHARS_PER_TOKEN = 4
-# A unit with fewer distinct content words than this is phatic (``phatic``). 3 rather than 4: on LoCoMo
-# dev, 4 also dropped short answers ("Yes, two cats") and cost text recall (bench/RESULTS.md).
-MIN_CONTENT_WORDS = 3
-
 
 # plan_complexity rules, checked in this order (first match wins):
 #   complex: why / how (except how many, much, often, old, long, far) / compare / difference / summarise /
@@ -132,7 +100,7 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.7
     return [s / top for s in raw] if top > 0 else [0.0] * len(docs)
 
 
-def leaf_scores(items: Sequence[Item], query: str, lam: float = LAMBDA) -> list[float]:
+def leaf_scores(items: Sequence[Item], query: str, lam: float = DEFAULT.lam) -> list[float]:
     """TiMem's leaf score: lam * cosine + (1 - lam) * BM25 (normalised over ``items``)."""
     sparse = bm25_scores(query, [i.text for i in items])
     return [lam * i.dense + (1 - lam) * s for i, s in zip(items, sparse, strict=True)]
@@ -147,7 +115,7 @@ def top(scored: Sequence[Scored], k: int) -> list[Scored]:
     return _ranked(scored)[:k]
 
 
-def smooth_neighbours(scored: Sequence[Scored], weight: float = NEIGHBOUR_WEIGHT) -> list[Scored]:
+def smooth_neighbours(scored: Sequence[Scored], weight: float = DEFAULT.neighbour_weight) -> list[Scored]:
     """Each unit's score plus ``weight`` times the better score of its neighbours: the units just before and
     after it (by start, then id) among ``scored`` in the same session. In a dialogue the turn that answers is
     often next to the one that matches the question ("What pet do you have?" - "Two cats, Luna and
@@ -166,18 +134,18 @@ def smooth_neighbours(scored: Sequence[Scored], weight: float = NEIGHBOUR_WEIGHT
     return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
 
 
-def phatic(item: Item) -> bool:
-    """A unit that states next to nothing: fewer than ``MIN_CONTENT_WORDS`` distinct content words (stop
+def phatic(item: Item, min_content_words: int = DEFAULT.min_content_words) -> bool:
+    """A unit that states next to nothing: fewer than ``min_content_words`` distinct content words (stop
     words and speaker names left out), e.g. "Thanks, Jon!" or "Bye!". It spends a context line on a
     greeting or an acknowledgement; the turns around it keep their own scores."""
     if item.kind != "unit":
         return False
     said = " ".join(line.partition(": ")[2] or line for line in item.text.splitlines())
-    return len(set(tokenize(said))) < MIN_CONTENT_WORDS
+    return len(set(tokenize(said))) < min_content_words
 
 
-def drop_phatic(scored: Sequence[Scored]) -> list[Scored]:
-    return [p for p in scored if not phatic(p[0])]
+def drop_phatic(scored: Sequence[Scored], min_content_words: int = DEFAULT.min_content_words) -> list[Scored]:
+    return [p for p in scored if not phatic(p[0], min_content_words)]
 
 
 def ancestor_ids(item: Item, by_id: Mapping[str, Item]) -> list[str]:
@@ -198,7 +166,8 @@ def select(
     budget_tokens: int,
     inside: Callable[[Item], bool] = lambda _: True,
     levels: Collection[int] | None = None,
-    activated: int = ACTIVATED,
+    activated: int = DEFAULT.activated,
+    level_decay: float = DEFAULT.level_decay,
     *,
     zone: ZoneInfo,
 ) -> list[Scored]:
@@ -217,7 +186,7 @@ def select(
     and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
     nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
     ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
-    times ``LEVEL_DECAY`` per level above it.
+    times ``level_decay`` per level above it.
     """
     allow = (lambda level: True) if levels is None else levels.__contains__
     ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
@@ -238,7 +207,7 @@ def select(
         chains[item.id] = chain
         for node_id in chain:
             under[node_id].append(item.id)
-            reported = score * LEVEL_DECAY ** max(1, by_id[node_id].level - item.level)
+            reported = score * level_decay ** max(1, by_id[node_id].level - item.level)
             node_score[node_id] = max(node_score.get(node_id, 0.0), reported)
     mass = {node_id: sum(gain[i] for i in ids) for node_id, ids in under.items()}
     node_ids = sorted(mass)  # ties go to the smaller id

@@ -34,10 +34,6 @@ from memstream.store.base import (
 )
 
 
-class NotOwner(RuntimeError):
-    """The worker asked does not own the partition (any more): find the owner again."""
-
-
 def _filter_out(flt: Filter | None) -> dict[str, Any] | None:
     if flt is None:
         return None
