@@ -119,7 +119,7 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     )
     settings = pipeline.settings
     n = settings.topic_partitions
-    turns = list(generate(users=9, days=16, seed=3, tenant="default"))
+    turns = list(generate(users=9, days=20, seed=3, tenant="default"))
     users = sorted({t.user_id for t in turns})
     # A third of the users each from a librdkafka-like, a Sarama-like and our own producer.
     clients: dict[str, Partitioner] = {"crc32": librdkafka_consistent, "fnv1a": sarama_hash}
