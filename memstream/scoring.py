@@ -10,9 +10,10 @@
 * **id** (evidence recall by provenance): the share of evidence turn ids among the returned items'
   ``source_turn_ids``.
 
-The stop words are this module's own (the list recall's BM25 used when the metric was defined): a score
-must not move when recall's tokenizer is tuned. The budget's characters per token are recall's, the
-one count the product promises its contexts fit (``rank.tokens``).
+The stop words are recall's (``memstream.lexical``, one list in the code base): a change to that list
+changes this metric too, so rows of bench/RESULTS.md from before such a change are not comparable. The
+budget's characters per token are recall's, the one count the product promises its contexts fit
+(``rank.tokens``).
 """
 
 from __future__ import annotations
@@ -20,20 +21,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from memstream.lexical import STOP_WORDS
 from memstream.recall.rank import CHARS_PER_TOKEN
 
 TEXT_SHARE = 0.5  # share of an evidence turn's trigrams that must be returned
 SHORT_TURN = 3  # turns of fewer words are matched whole (they have no or one trigram)
 _WORD = re.compile(r"[a-z0-9']+")
-_STOP_WORDS = """
-    a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
-    some such than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves"""
-STOP_WORDS = frozenset(_STOP_WORDS.split())
 
 Trigram = tuple[str, str, str]
 
