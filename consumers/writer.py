@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from schemas.events import EventTime
+from schemas.events import EventTime, Unit
 from schemas.memory import FactType, Memory, MemoryKind, Triple
 
 
@@ -134,3 +134,27 @@ class Writer(Protocol):
         self, scope: Scope, month: datetime, cluster: Sequence[Source]
     ) -> tuple[Written, Written]:
         """A topic summary and a persona summary of one cluster of the month's facts (TSM)."""
+
+
+def unit_source(unit: Unit) -> Source:
+    return Source(
+        id=unit.unit_id,
+        ts=unit.ts,
+        text=unit.text,
+        turn_ids=(unit.turn_id,),
+        event_times=tuple(unit.event_times),
+    )
+
+
+def memory_source(memory: Memory) -> Source:
+    return Source(
+        id=memory.memory_id,
+        ts=memory.recorded_at,
+        text=memory.text,
+        turn_ids=tuple(memory.source_turn_ids),
+        start=memory.start,
+        end=memory.end,
+        sentence_turn_ids=tuple(tuple(t) for t in memory.sentence_turn_ids),
+        triple=memory.triple,
+        fact_type=memory.fact_type,
+    )

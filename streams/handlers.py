@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from memstream.forgetting import Forgotten, made_before, sent_before
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
 from memstream.pause import until_available
 from memstream.store.base import Filter, VectorStore
 from memstream.tree import TreeState, in_closing_order
 from memstream.units import USER_FIELD
+from memstream.validation import Rejection
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
     ConsolidationRequest,
@@ -30,10 +32,8 @@ from schemas.events import (
 from schemas.memory import MemoryUpdate
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, WINDOWS
 from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
-from streams.forgetting import Forgotten, made_before, sent_before
 from streams.ingest import BatchResult, Incoming, dead_letter
 from streams.read_your_writes import Interrupted, ReadYourWrites
-from streams.validation import Rejection
 
 R = TypeVar("R", bound=Record)
 T = TypeVar("T")
@@ -428,7 +428,7 @@ class Indexing:
 
 class Forgetting:
     """[tombstones]: a user deleted through the gateway. Remember when (so that their records
-    still on the way are dropped where they arrive: streams/forgetting.py), drop their per-user
+    still on the way are dropped where they arrive: memstream/forgetting.py), drop their per-user
     state (open windows, memory tree, pending own writes), and delete their points again
     (whatever landed after the gateway's delete)."""
 

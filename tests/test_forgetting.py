@@ -1,11 +1,11 @@
-"""streams/forgetting.py: which records of a deleted user are still theirs."""
+"""memstream/forgetting.py: which records of a deleted user are still theirs."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.forgetting import Forgotten, made_before, sent_before
+from memstream.forgetting import Forgotten, made_before, sent_before
 
 GONE = Forgotten(deleted_at=100.0, handled_at=100.4)
 

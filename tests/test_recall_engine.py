@@ -13,16 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.recall import engine, rank
 from memstream.recall.engine import MAX_SESSION_LOOKUPS, Recalled, recall
 from memstream.recall.time_intent import contains, distance
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
 from memstream.store.shards import EdgeShards
+from memstream.units import units_spec
 from schemas.events import Message, Turn
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import Incoming, IngestProcessor
 from tests.test_consolidation import TURNS
 
 
