@@ -22,6 +22,8 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	# the layers and the one-way imports of docs/architecture.md ([tool.importlinter] in pyproject.toml)
+	$(BIN)/lint-imports
 	$(BIN)/memstream schemas export --check
 
 test: lint deploy-check

@@ -2,8 +2,8 @@
 
     python bench/consolidation.py [--data PATH] [--embedder minilm|hash] --json
 
-Starts a Tansu broker, the OpenAI-compatible test server (tests/openai_server.py, answering
-memstream's prompts with valid JSON built from their data: tests/chat_responder.py) and
+Starts a Tansu broker, the OpenAI-compatible test server (memstream/testing/openai_server.py, answering
+memstream's prompts with valid JSON built from their data: memstream/testing/chat_responder.py) and
 ``memstream up`` with its LLM pointed at that server, so every consolidation call is a real HTTP
 request with ``usage``. Replays the dataset, waits until every topic is consumed and every
 user's windows have closed by idleness, then stops and counts: LLM calls and tokens (from the
@@ -29,23 +29,22 @@ from typing import Any
 
 import orjson
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.cost import cost_report
 from memstream.datasets import read_records
 from memstream.embedders import make_embedder
 from memstream.kafka import settled
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.replay import replay
 from memstream.settings import Settings
+from memstream.status import fetch_status
 from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS
-from streams.ingest import units_spec
+from memstream.units import UNITS, units_spec
 
 # The test server and its prompt responder live with the tests (a test double, not product code).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.chat_responder import respond
-from tests.openai_server import OpenAIServer
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import OpenAIServer
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 TREE = ("session", "day", "week", "profile")

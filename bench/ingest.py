@@ -31,16 +31,16 @@ from typing import Any
 import orjson
 
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
 from memstream.embedders import make_embedder
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
+from memstream.status import fetch_status
 from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, render_text, unit_from_payload
+from memstream.units import UNITS, render_text, unit_from_payload, units_spec
 from schemas.events import Turn
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import Incoming, IngestProcessor
 
 
 def embedder_rate(settings: Settings, texts: list[str]) -> float:

@@ -37,12 +37,11 @@ import httpx
 import orjson
 
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.embedders import make_embedder
 from memstream.settings import Settings
+from memstream.status import fetch_status
 from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, unit_from_payload
-from streams.ingest import units_spec
+from memstream.units import UNITS, unit_from_payload, units_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample.jsonl"

@@ -30,16 +30,16 @@ from typing import Any
 import orjson
 
 from consumers import build_consolidation
-from consumers.memories import MEMORIES, memories_spec
-from consumers.offline import consolidate_all, ingest_all
 from memstream.embedders import make_embedder
+from memstream.memories import MEMORIES, memories_spec
 from memstream.recall.config import DEFAULT
 from memstream.recall.engine import recall
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.shards import EdgeShards
-from memstream.units import UNITS
-from streams.ingest import IngestProcessor, units_spec
+from memstream.units import UNITS, units_spec
+from streams.ingest import IngestProcessor
+from streams.offline import consolidate_all, ingest_all
 
 QUESTIONS = [
     "What did I say about {topic}?",

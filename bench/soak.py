@@ -55,16 +55,15 @@ import orjson
 
 from bench.load import start_up, stop, wait
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.datasets import RawRecord
 from memstream.embedders import make_embedder
 from memstream.kafka import settled, wait_processed
 from memstream.replay import replay
 from memstream.sample import generate
+from memstream.status import fetch_status
 from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, unit_from_payload
+from memstream.units import UNITS, unit_from_payload, units_spec
 from schemas.topics import TURNS
-from streams.ingest import units_spec
 
 WARMUP_TURNS = 50
 TENANT = "soak"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from consumers.memories import (
+from memstream.embedders.base import Embedder
+from memstream.memories import (
     CURRENT_FIELD,
     ID_FIELD,
     MEMORIES,
@@ -18,7 +19,6 @@ from consumers.memories import (
     memory_from_payload,
     memory_payload,
 )
-from memstream.embedders.base import Embedder
 from memstream.store.base import Filter, Point, VectorStore
 from schemas.memory import MemoryOp, MemoryUpdate
 

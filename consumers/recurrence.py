@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from consumers.memories import MEMORIES, current_of_user, memory_source, nearest, union, unit_source, upsert
-from consumers.writer import EpisodeDraft, Scope, Source, Writer, stamp
+from consumers.writer import EpisodeDraft, Scope, Source, Writer, memory_source, stamp, unit_source
 from memstream.embedders.base import Embedder
+from memstream.memories import MEMORIES, current_of_user, nearest, union, upsert
 from memstream.store.base import Filter, VectorStore
 from memstream.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.events import ConsolidationRequest, Unit

@@ -14,18 +14,10 @@ import asyncio
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from consumers.memories import (
-    MEMORIES,
-    in_period,
-    memory_from_payload,
-    memory_source,
-    union,
-    unit_source,
-    upsert,
-)
-from consumers.writer import Scope, Source, Writer, Written, stamp, stamp_of
+from consumers.writer import Scope, Source, Writer, Written, memory_source, stamp, stamp_of, unit_source
 from memstream import durative
 from memstream.embedders.base import Embedder
+from memstream.memories import MEMORIES, in_period, memory_from_payload, union, upsert
 from memstream.store.base import Filter, Range, VectorStore, scroll_all
 from memstream.tree import TreeState, apply, hull, plan
 from memstream.units import UNITS, USER_FIELD, unit_from_payload

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Protocol, TypedDict
 from zoneinfo import ZoneInfo
 
-from schemas.events import EventTime
+from schemas.events import EventTime, Unit
 from schemas.memory import FactType, Memory, MemoryKind, Triple
 
 
@@ -153,3 +153,27 @@ def stamp(writer: Writer, stage: str) -> WriterStamp:
 def stamp_of(memory: Memory) -> WriterStamp:
     """The stamp of an existing memory, for a node that carries its one child's text unchanged."""
     return WriterStamp(extractive=memory.extractive, writer=memory.writer, model=memory.model)
+
+
+def unit_source(unit: Unit) -> Source:
+    return Source(
+        id=unit.unit_id,
+        ts=unit.ts,
+        text=unit.text,
+        turn_ids=(unit.turn_id,),
+        event_times=tuple(unit.event_times),
+    )
+
+
+def memory_source(memory: Memory) -> Source:
+    return Source(
+        id=memory.memory_id,
+        ts=memory.recorded_at,
+        text=memory.text,
+        turn_ids=tuple(memory.source_turn_ids),
+        start=memory.start,
+        end=memory.end,
+        sentence_turn_ids=tuple(tuple(t) for t in memory.sentence_turn_ids),
+        triple=memory.triple,
+        fact_type=memory.fact_type,
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from memstream.settings import Settings
+from memstream.status import fetch_status, render_status
 from schemas.events import DEFAULT_TENANT
 
 EPILOG = "Settings come from MEMSTREAM_* environment variables; `memstream config` lists them."
@@ -252,36 +253,6 @@ def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
-    """The pipeline's status: every worker's ``/status``, merged."""
-    from memstream.runtime import worker_ports
-
-    parts = []
-    for port in worker_ports(settings):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=timeout) as resp:
-            parts.append(dict(orjson.loads(resp.read())))
-    return merge_status(parts)
-
-
-def merge_status(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Workers' statuses as one: counts add up, per-partition maps and partition lists join;
-    ``config`` is the same in every worker."""
-    merged: dict[str, Any] = {"workers": len(parts)}
-    for part in parts:
-        for key, value in part.items():
-            if key == "config":
-                merged.setdefault(key, value)
-            elif isinstance(value, dict):
-                into = merged.setdefault(key, {})
-                for label, n in value.items():
-                    into[label] = into.get(label, 0) + n
-            elif isinstance(value, list):
-                merged[key] = sorted([*merged.get(key, []), *value])
-            else:
-                merged[key] = merged.get(key, 0) + value
-    return merged
-
-
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.metrics_port:
         print("memstream: MEMSTREAM_METRICS_PORT is 0, so workers serve no status", file=sys.stderr)
@@ -335,36 +306,6 @@ def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
     result = asyncio.run(reindex(settings))
     print(f"read {result.updates:,} memory updates; the memories collection now holds {result.memories:,}")
     return 0
-
-
-def render_status(status: dict[str, Any]) -> str:
-    def total(name: str) -> float:
-        return sum(status.get(name, {}).values())
-
-    config = status["config"]
-
-    lines = [
-        f"embedder {config['embedder']}  theta_sim {config['theta_sim']:.2f}  "
-        f"theta_count {config['theta_count']}  workers {status['workers']}",
-        f"units in store            {status['units_in_store']:>10,}",
-        f"turns ingested            {total('memstream_turns_ingested'):>10,.0f}",
-        f"units stored (new)        {total('memstream_units_stored'):>10,.0f}",
-        f"duplicates recognised     {total('memstream_duplicate_turns'):>10,.0f}",
-        f"turns rerouted            {total('memstream_turns_rerouted'):>10,.0f}",
-        f"consolidation requests    {total('memstream_consolidation_requests'):>10,.0f}",
-        f"late events               {total('memstream_late_events'):>10,.0f}",
-    ]
-    for label, n in sorted(status.get("memstream_windows_closed", {}).items()):
-        lines.append(f"windows closed {label:<18}{n:>8,.0f}")
-    for label, n in sorted(status.get("memstream_dead_letters", {}).items()):
-        lines.append(f"dead letters {label:<20}{n:>8,.0f}")
-    for label, n in sorted(status.get("memstream_consolidations", {}).items()):
-        lines.append(f"consolidations {label:<18}{n:>8,.0f}")
-    for label, n in sorted(status.get("memstream_memory_updates", {}).items()):
-        lines.append(f"memory updates {label:<18}{n:>8,.0f}")
-    lag = status.get("lag", {})
-    lines.append(f"consumer lag              {sum(lag.values()):>10,.0f}  ({len(lag)} partitions)")
-    return "\n".join(lines)
 
 
 def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:

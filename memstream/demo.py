@@ -27,6 +27,7 @@ from memstream.datasets import read_records
 from memstream.kafka import settled
 from memstream.replay import replay
 from memstream.settings import Settings
+from memstream.status import fetch_status, render_status
 from schemas.events import Turn
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample.jsonl"
@@ -36,8 +37,6 @@ DEMO_KEY = "demo-key-not-for-production"
 
 
 def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
-    from memstream.cli import render_status
-
     data_dir = settings.data_dir / "demo"
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
@@ -161,8 +160,6 @@ def _ask(gateway: str, user_id: str, now: datetime) -> None:
 
 
 def _status(settings: Settings) -> dict[str, Any] | None:
-    from memstream.cli import fetch_status
-
     try:
         return fetch_status(settings, timeout=2)
     except (urllib.error.URLError, OSError):

@@ -48,22 +48,22 @@ import orjson
 from tqdm import tqdm
 
 from consumers import build_consolidation
-from consumers.memories import memories_spec
-from consumers.offline import consolidate_all, ingest_all
 from memstream import baselines
 from memstream.baselines import RawTurn
 from memstream.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
+from memstream.memories import memories_spec
 from memstream.recall.config import DEFAULT, FLAT_HYBRID
 from memstream.recall.engine import recall
 from memstream.recall.rank import tokens
 from memstream.scoring import answer_recall, id_recall, text_recall
 from memstream.settings import Settings
 from memstream.store.shards import EdgeShards
-from memstream.units import render_text
+from memstream.units import render_text, units_spec
 from schemas.events import DEFAULT_TENANT, partition_key
-from streams.ingest import IngestProcessor, units_spec
+from streams.ingest import IngestProcessor
+from streams.offline import consolidate_all, ingest_all
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 MEMSTREAM = "memstream"

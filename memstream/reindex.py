@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from consumers.indexer import Indexer
-from consumers.memories import MEMORIES, memories_spec
 from memstream.embedders import make_embedder
 from memstream.kafka import partition_for, read_topic
+from memstream.memories import MEMORIES, memories_spec
 from memstream.settings import Settings
 from memstream.store import Filter, all_stores, open_shards
+from memstream.units import units_spec
 from schemas.memory import MemoryUpdate
 from schemas.topics import MEMORY_UPDATES
-from streams.ingest import units_spec
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,16 @@ from types import FrameType
 from faust import Worker
 
 from consumers import build_consolidation
-from consumers.memories import memories_spec
 from memstream.broker import Broker
 from memstream.embedders import make_embedder
 from memstream.kafka import ensure_topics
+from memstream.memories import memories_spec
 from memstream.settings import Settings
+from memstream.status import worker_ports
 from memstream.store import open_shards
+from memstream.units import units_spec
 from streams.app import build_app
-from streams.ingest import IngestProcessor, units_spec
+from streams.ingest import IngestProcessor
 
 log = logging.getLogger("memstream")
 
@@ -104,13 +106,6 @@ def run_worker(settings: Settings) -> None:
                 raise
     finally:
         shards.close()
-
-
-def worker_ports(settings: Settings) -> list[int]:
-    """The ``/metrics`` and ``/status`` port of each worker (none when metrics are off)."""
-    if not settings.metrics_port:
-        return []
-    return [settings.metrics_port + i for i in range(settings.workers)]
 
 
 def run_workers(settings: Settings) -> int:

@@ -1,4 +1,5 @@
-"""From a validated ``Turn`` to a stored ``Unit``: pure functions, no I/O."""
+"""The ``units`` collection layout, and from a validated ``Turn`` to a stored ``Unit``: pure
+functions, no I/O."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
+from memstream.store.base import CollectionSpec
 from schemas.events import EventTime, Message, Turn, Unit, unit_id_for
 
 UNITS = "units"
-# Payload fields the store indexes (see streams.ingest.units_spec).
+# Payload fields the store indexes (see units_spec).
 USER_FIELD = "user_key"  # tenant/user_id: one keyword condition isolates a user across tenants
 TENANT_FIELD = "tenant"
 # RecMem buffer state: a unit is "buffered" until a consolidation request includes it.
@@ -27,6 +29,17 @@ BUFFER_FIELD = "buffer"
 FIRED_FIELD = "fired_request"
 UNIT_FIELD = "unit"  # the Unit record as JSON
 TEXT_VECTOR = "text"  # the units' sparse vector: the unit's text as BM25 terms (memstream.lexical)
+
+
+def units_spec(dim: int) -> CollectionSpec:
+    return CollectionSpec(
+        name=UNITS,
+        dim=dim,
+        keyword_fields=(USER_FIELD, STATE_FIELD, BUFFER_FIELD),
+        numeric_fields=("ts_epoch",),
+        tenant_field=TENANT_FIELD,
+        sparse_vector=TEXT_VECTOR,
+    )
 
 
 def render_text(messages: Sequence[Message]) -> str:

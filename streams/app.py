@@ -34,9 +34,10 @@ import faust
 from faust.types import TP, EventT
 
 from consumers import Consolidation
-from consumers.memories import MEMORIES
 from memstream import metrics
+from memstream.forgetting import Forgotten
 from memstream.kafka import partition_for
+from memstream.memories import MEMORIES
 from memstream.settings import Settings
 from memstream.units import UNITS
 from schemas.topics import (
@@ -51,7 +52,6 @@ from schemas.topics import (
 )
 from streams.consumer import RewindingConsumer, TansuConsumer
 from streams.faust_adapter import ReadOffsets, batches, faust_settings, on_rebalance
-from streams.forgetting import Forgotten
 from streams.handlers import (
     Consolidating,
     Forgetting,
@@ -103,7 +103,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     # ---- tables -------------------------------------------------------------------------------
     window_state = user_table("window-state")  # open windows (memstream.windows.UserWindows)
     # Users deleted through the gateway, with the times that tell their records still on the way
-    # from new ones (streams/forgetting.py); kept for good.
+    # from new ones (memstream/forgetting.py); kept for good.
     forgotten = user_table("forgotten")
     user_tables = [window_state]  # per-user state a DELETE must clear
     if "consolidate" in roles:

@@ -11,10 +11,12 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from memstream.forgetting import Forgotten, erase_user, made_before, sent_before
 from memstream.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
 from memstream.pause import until_available
 from memstream.store.base import VectorStore
 from memstream.tree import TreeState, in_closing_order
+from memstream.validation import Rejection
 from memstream.windows import UserWindows, close_idle
 from schemas.events import (
     ConsolidationRequest,
@@ -29,10 +31,8 @@ from schemas.events import (
 from schemas.memory import MemoryUpdate
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, WINDOWS
 from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
-from streams.forgetting import Forgotten, erase_user, made_before, sent_before
 from streams.ingest import BatchResult, Incoming, dead_letter
 from streams.read_your_writes import Interrupted, ReadYourWrites
-from streams.validation import Rejection
 
 R = TypeVar("R", bound=Record)
 T = TypeVar("T")
@@ -427,7 +427,7 @@ class Indexing:
 
 class Forgetting:
     """[tombstones]: a user deleted through the gateway. Remember when (so that their records
-    still on the way are dropped where they arrive: streams/forgetting.py), drop their per-user
+    still on the way are dropped where they arrive: memstream/forgetting.py), drop their per-user
     state (open windows, memory tree, pending own writes), and delete their points again
     (whatever landed after the gateway's delete)."""
 

@@ -23,37 +23,23 @@ from memstream.embedders.base import Embedder, Vectors
 from memstream.recurrence import Neighbour, recurrence, top_k
 from memstream.semantic_time import extract_event_times
 from memstream.settings import Settings
-from memstream.store.base import CollectionSpec, Filter, Point, Range, SearchQuery, VectorStore
+from memstream.store.base import Filter, Point, Range, SearchQuery, VectorStore
 from memstream.store.shards import Shards
 from memstream.units import (
     BUFFER_FIELD,
     CONSOLIDATED,
     FIRED_FIELD,
     STATE_FIELD,
-    TENANT_FIELD,
-    TEXT_VECTOR,
     UNITS,
-    USER_FIELD,
     build_unit,
     unit_from_payload,
     unit_payload,
 )
+from memstream.validation import Rejection, check_key, limits_from, validate, zone_of
 from memstream.windows import UserWindows, advance
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
-from streams.validation import Rejection, check_key, limits_from, validate, zone_of
 
 CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
-
-
-def units_spec(dim: int) -> CollectionSpec:
-    return CollectionSpec(
-        name=UNITS,
-        dim=dim,
-        keyword_fields=(USER_FIELD, STATE_FIELD, BUFFER_FIELD),
-        numeric_fields=("ts_epoch",),
-        tenant_field=TENANT_FIELD,
-        sparse_vector=TEXT_VECTOR,
-    )
 
 
 T = TypeVar("T")

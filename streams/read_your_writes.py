@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiokafka import TopicPartition
 
-from consumers.memories import MEMORIES, memory_from_payload
 from memstream import metrics
 from memstream.kafka import group_offsets
+from memstream.memories import MEMORIES, memory_from_payload
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
 from schemas.memory import Memory, MemoryOp, MemoryUpdate

@@ -11,7 +11,7 @@ from memstream.kafka import partition_for
 def misplaced(key: bytes | None, partition: int, partitions: int) -> int | None:
     """The partition a record with ``key`` belongs on when it arrived on another ``partition``;
     None when it is home. A keyless record is never forwarded: ingest dead-letters it where it
-    arrived (``streams.validation.check_key``)."""
+    arrived (``memstream.validation.check_key``)."""
     if key is None:
         return None
     home = partition_for(key, partitions)

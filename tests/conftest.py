@@ -18,16 +18,15 @@ import httpx
 import pytest
 from aiokafka import TopicPartition
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port
 from memstream.kafka import group_offsets
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.settings import Settings
 from memstream.store import VectorStore, open_shards, scroll_all
 from memstream.store.shards import all_stores
-from memstream.units import UNITS, unit_from_payload
+from memstream.units import UNITS, unit_from_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import Memory
-from streams.ingest import units_spec
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 

@@ -6,8 +6,9 @@ import orjson
 import pytest
 
 from memstream.broker import free_port
-from memstream.cli import main, merge_status, render_status
+from memstream.cli import main
 from memstream.demo import SAMPLE
+from memstream.status import merge_status, render_status
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,20 +18,20 @@ import pytest
 
 from consumers import Consolidation, build_consolidation
 from consumers.extractive import sentences
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
-from consumers.offline import Events, consolidate_all, ingest_all
 from consumers.writer import Source
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.base import VectorStore, scroll_all
 from memstream.store.shards import EdgeShards
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import OpenAIServer
 from memstream.tree import covers
-from memstream.units import UNITS, unit_from_payload
+from memstream.units import UNITS, unit_from_payload, units_spec
 from schemas.memory import Memory, MemoryKind, MemoryOp
-from streams.ingest import IngestProcessor, units_spec
-from tests.chat_responder import respond
-from tests.openai_server import OpenAIServer
+from streams.ingest import IngestProcessor
+from streams.offline import Events, consolidate_all, ingest_all
 
 TURNS = list(generate(users=2, days=40, seed=3))
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

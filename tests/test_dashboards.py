@@ -30,14 +30,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy import monitoring
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.demo import SAMPLE
 from memstream.kafka import partition_for, producer
 from memstream.settings import Settings
+from memstream.status import fetch_status
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import Failure, OpenAIServer
 from schemas.topics import TURNS
-from tests.chat_responder import respond
 from tests.conftest import Pipeline, make_pipeline, ready, wait_for
-from tests.openai_server import Failure, OpenAIServer
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """One contract suite for every embedder, plus what is specific to each backend.
 
-The OpenAI embedder runs against ``tests.openai_server``: real HTTP through the ``openai`` client.
+The OpenAI embedder runs against ``memstream.testing.openai_server``: real HTTP through the ``openai`` client.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from memstream.embedders.hashing import HashingEmbedder
 from memstream.embedders.minilm import MAX_TOKENS, MiniLMEmbedder, find_tokenizer
 from memstream.embedders.openai_embedder import EmbeddingError, OpenAIEmbedder
 from memstream.settings import Settings
-from tests.openai_server import Failure, OpenAIServer, bag_of_words
+from memstream.testing.openai_server import Failure, OpenAIServer, bag_of_words
 
 TEXTS = [
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",

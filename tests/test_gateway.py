@@ -23,15 +23,15 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.demo import SAMPLE
 from memstream.gateway.app import create_app
 from memstream.kafka import read_topic, settled
 from memstream.settings import Settings
+from memstream.status import fetch_status
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import OpenAIServer
 from schemas.events import Tombstone
-from tests.chat_responder import respond
 from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
-from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
@@ -367,7 +367,7 @@ def test_turns_on_their_way_when_a_user_is_deleted_are_forgotten_too(
 ) -> None:
     """A DELETE right after a large batch was accepted, before the workers have stored it: those
     turns were accepted before the DELETE, so they are forgotten too, with whatever consolidation
-    makes of them (streams/forgetting.py); a turn sent once the DELETE was handled is new data."""
+    makes of them (memstream/forgetting.py); a turn sent once the DELETE was handled is new data."""
     user = "user-in-flight"
     turns = [{**t, "user_id": user, "turn_id": f"in-flight-{i}"} for i, t in enumerate(GLOBEX_TURNS * 4)][
         :500

@@ -28,18 +28,19 @@ import schemas.memory
 import schemas.tools
 from consumers import build_consolidation
 from consumers.llm_writer import LLMWriter
-from consumers.memories import MEMORIES, memories_spec
-from consumers.offline import consolidate_all, ingest_all
 from consumers.writer import EpisodeDraft, Scope, Source
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.gateway import auth
 from memstream.llm import InvalidOutput, LLMClient
+from memstream.memories import MEMORIES, memories_spec
 from memstream.prompts import ALL_PROMPTS, DATA_RULES, EPISODES, FACTS, SUMMARY, EpisodesOut, FactsOut, Prompt
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.base import VectorStore, scroll_all
 from memstream.store.shards import EdgeShards
-from memstream.units import UNITS
+from memstream.testing.openai_server import OpenAIServer
+from memstream.units import UNITS, units_spec
+from memstream.validation import Rejection, validate
 from schemas.events import (
     MAX_CONTENT_CHARS,
     DeadLetter,
@@ -53,9 +54,8 @@ from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import ALL_TOPICS
 from streams.decisions import DeadLettered
 from streams.handlers import Received, read
-from streams.ingest import Incoming, IngestProcessor, units_spec
-from streams.validation import Rejection, validate
-from tests.openai_server import OpenAIServer
+from streams.ingest import Incoming, IngestProcessor
+from streams.offline import consolidate_all, ingest_all
 from tests.test_llm import make_settings
 from tests.test_validation import LIMITS, NOW, good
 

@@ -15,9 +15,9 @@ from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import scroll_all
 from memstream.store.shards import EdgeShards
-from memstream.units import CONSOLIDATED, STATE_FIELD, UNITS
+from memstream.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
 from schemas.events import ConsolidationRequest
-from streams.ingest import BatchResult, Incoming, IngestProcessor, units_spec
+from streams.ingest import BatchResult, Incoming, IngestProcessor
 
 TURNS = list(generate(users=3, days=30, seed=5))
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]

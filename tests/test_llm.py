@@ -1,5 +1,5 @@
-"""The consolidation LLM layer against a real-HTTP OpenAI-compatible server (tests/openai_server.py),
-and its token budget as a pure unit."""
+"""The consolidation LLM layer against a real-HTTP OpenAI-compatible server
+(memstream/testing/openai_server.py), and its token budget as a pure unit."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from memstream.llm import (
     stage_config,
 )
 from memstream.settings import Settings
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import CHAT_PATH, Failure, OpenAIServer
 from schemas.memory import MemoryKind
-from tests.chat_responder import respond
-from tests.openai_server import CHAT_PATH, Failure, OpenAIServer
 
 MESSAGES = [
     {"role": "system", "content": "Extract the facts as JSON."},

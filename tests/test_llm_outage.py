@@ -1,5 +1,5 @@
 """The LLM endpoint failing for a while, against the real broker and a real `memstream up` talking
-to the OpenAI-compatible test server over real HTTP (answers from ``tests.chat_responder``).
+to the OpenAI-compatible test server over real HTTP (answers from ``memstream.testing.chat_responder``).
 
 * Outage: for ``MEMSTREAM_SOAK_LLM_OUTAGE_S`` seconds (45 by default) every chat request fails, in
   turn with 429 + ``Retry-After: 1``, 500, and a timeout (the server holds the request past
@@ -43,24 +43,25 @@ from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
 from consumers import build_consolidation
-from consumers.memories import memories_spec
-from consumers.offline import ingest_all
 from memstream.broker import Broker
 from memstream.datasets import RawRecord
 from memstream.embedders.hashing import HashingEmbedder
 from memstream.kafka import consumed, read_records, settled
 from memstream.llm import LLMClient, LLMUnavailable
+from memstream.memories import memories_spec
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store.shards import EdgeShards
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
+from memstream.units import units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
-from streams.ingest import IngestProcessor, units_spec
-from tests.chat_responder import respond
+from streams.ingest import IngestProcessor
+from streams.offline import ingest_all
 from tests.conftest import Pipeline, committed, make_pipeline, stored, wait_for
-from tests.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
 
 pytestmark = pytest.mark.integration
 

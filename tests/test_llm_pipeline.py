@@ -13,21 +13,21 @@ from typing import Any
 import orjson
 import pytest
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker
 from memstream.datasets import RawRecord
 from memstream.kafka import read_topic, settled
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import all_stores, open_shards, scroll_all
+from memstream.testing.chat_responder import respond
+from memstream.testing.openai_server import Failure, OpenAIServer
+from memstream.units import units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
-from streams.ingest import units_spec
-from tests.chat_responder import respond
 from tests.conftest import Pipeline, make_pipeline, wait_for
-from tests.openai_server import Failure, OpenAIServer
 
 pytestmark = pytest.mark.integration
 

@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.indexer import Indexer
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
 from memstream import metrics
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
 from memstream.store.base import VectorStore
 from memstream.store.shards import EdgeShards
+from memstream.units import units_spec
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
-from streams.ingest import units_spec
 from streams.read_your_writes import Interrupted, OwnWrites, reflects
 
 EMBEDDER = HashingEmbedder(64)

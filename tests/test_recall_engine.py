@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.recall import rank
 from memstream.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
 from memstream.recall.engine import Recalled, recall
@@ -23,8 +23,9 @@ from memstream.recall.time_intent import contains, distance
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
 from memstream.store.shards import EdgeShards
+from memstream.units import units_spec
 from schemas.events import Message, Turn
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import Incoming, IngestProcessor
 from tests.test_consolidation import TURNS
 
 

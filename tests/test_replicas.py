@@ -38,10 +38,10 @@ import orjson
 import pytest
 
 from memstream.broker import Broker, free_port
-from memstream.cli import fetch_status
 from memstream.kafka import partition_for, settled
 from memstream.sample import generate
 from memstream.settings import Settings
+from memstream.status import fetch_status
 from schemas.events import Turn
 from schemas.memory import Memory, MemoryKind
 from tests.conftest import Pipeline, consolidated_units, make_pipeline, ready, stored, terminate, wait_for

@@ -21,7 +21,6 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.broker import Broker, free_port
 from memstream.datasets import RawRecord
 from memstream.embedders.hashing import HashingEmbedder
@@ -33,17 +32,18 @@ from memstream.kafka import (
     read_topic,
     settled,
 )
+from memstream.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.replay import replay
 from memstream.sample import generate
 from memstream.settings import Settings
 from memstream.store import open_shards, scroll_all
 from memstream.store.shards import EdgeShards
-from memstream.units import UNITS, unit_from_payload
+from memstream.units import UNITS, unit_from_payload, units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
 from schemas.memory import MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.faust_adapter import faust_settings
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from streams.ingest import Incoming, IngestProcessor
 from streams.routing import misplaced
 from tests.conftest import consolidated_units, make_pipeline, ready, wait_for
 from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, produce, sarama_hash

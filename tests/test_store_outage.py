@@ -22,8 +22,8 @@ from memstream.settings import Settings
 from memstream.store import scroll_all
 from memstream.store.base import StoreUnavailable, VectorStore
 from memstream.store.shards import EdgeShards
-from memstream.units import UNITS
-from streams.ingest import Incoming, IngestProcessor, units_spec
+from memstream.units import UNITS, units_spec
+from streams.ingest import Incoming, IngestProcessor
 
 TURNS = list(generate(users=3, days=45, seed=9))  # 197 store calls: every injected fault happens
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.memories import memories_spec, memory_payload
 from memstream.embedders.hashing import HashingEmbedder
+from memstream.memories import memories_spec, memory_payload
 from memstream.recall import rank
 from memstream.recall.time_intent import Interval, TimeIntent, contains
 from memstream.recall.tools import (
@@ -29,11 +29,10 @@ from memstream.recall.tools import (
 )
 from memstream.store.base import Point, VectorStore
 from memstream.store.edge import EdgeStore
-from memstream.units import unit_payload
+from memstream.units import unit_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
 from schemas.tools import TOOLS, OrderBy, TimeOp, ToolKind, ToolResult, openai_tools
-from streams.ingest import units_spec
 from tests.test_consolidation import TURNS
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from consumers.memories import upsert
 from memstream.durative import cluster
 from memstream.llm import LLMUnavailable
+from memstream.memories import upsert
 from memstream.settings import Settings
 from memstream.store.base import VectorStore
 from memstream.store.shards import EdgeShards
@@ -37,13 +37,13 @@ from memstream.tree import (
     unpark,
     waits,
 )
+from memstream.units import units_spec
 from memstream.windows import advance, close_idle
 from schemas.events import Deferred, WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec
 from streams.decisions import Decision, Deferral, Done
 from streams.handlers import DURATIVE, Consolidating, Received, Retries, Summaries
-from streams.ingest import units_spec
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 ZONE = ZoneInfo("Europe/Lisbon")

@@ -27,22 +27,25 @@ from pydantic import ValidationError
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.memories import MEMORIES, memory_from_payload
 from memstream import metrics
 from memstream.embedders import make_embedder
 from memstream.embedders.base import Embedder
+from memstream.forgetting import erase_user
 from memstream.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
+from memstream.gateway.stores import gateway_shards
 from memstream.gateway.updates import UpdateHub
 from memstream.kafka import by_key, client_kwargs, partition_for
 from memstream.llm import LLMClient, LLMError
+from memstream.memories import MEMORIES, memory_from_payload
 from memstream.prompts import ANSWER
 from memstream.recall import rank
 from memstream.recall.engine import Recalled, recall
 from memstream.recall.tools import run_tool
 from memstream.settings import Settings
 from memstream.store.base import Filter, Range, StoreUnavailable, VectorStore, scroll_all
-from memstream.store.shards import Shards, gateway_shards
+from memstream.store.shards import Shards
 from memstream.units import UNITS, USER_FIELD
+from memstream.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
     AnswerResponse,
     DeleteResult,
@@ -60,8 +63,6 @@ from schemas.api import (
 from schemas.events import DEFAULT_TENANT, IsoAwareDatetime, Tombstone, Turn, partition_key
 from schemas.tools import TOOLS, ToolResult, openai_tools
 from schemas.topics import TOMBSTONES, TURNS
-from streams.forgetting import erase_user
-from streams.validation import Limits, Rejection, limits_from, validate
 
 log = logging.getLogger("memstream.gateway")
 HEARTBEAT_S = 15.0

@@ -21,6 +21,7 @@ from schemas.memory import MemoryUpdate
 from schemas.topics import MEMORY_UPDATES
 
 log = logging.getLogger("memstream.gateway")
+TOPIC_WAIT_S = 0.5  # between looks for the memory.updates topic before it exists
 QUEUE_SIZE = 256  # updates buffered per subscriber; a client that falls this far behind is dropped
 
 
@@ -68,6 +69,13 @@ class UpdateHub:
             consumer = AIOKafkaConsumer(**client_kwargs(self._settings), enable_auto_commit=False)
             try:
                 await consumer.start()
+                # Asking for a missing topic's offsets makes a broker that auto-creates topics create
+                # it with *its* default partition count, not ours; so wait until the pipeline (`memstream
+                # up`, `memstream topics`) has made it. Listing topics creates nothing.
+                if topic not in await consumer.topics():
+                    log.info("waiting for topic %s to be created", topic)
+                    await asyncio.sleep(TOPIC_WAIT_S)
+                    continue
                 parts = [TopicPartition(topic, p) for p in range(self._settings.topic_partitions)]
                 consumer.assign(parts)
                 await consumer.seek_to_end(*parts)

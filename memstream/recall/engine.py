@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
-from consumers.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream import lexical
 from memstream.embedders.base import Embedder
+from memstream.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.recall import rank
 from memstream.recall.config import DEFAULT, RecallConfig
 from memstream.recall.time_intent import TimeIntent, contains, distance, parse_time_intent

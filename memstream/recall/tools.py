@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from consumers.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.embedders.base import Embedder
+from memstream.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.recall import rank
 from memstream.recall.engine import item_of, unit_item
 from memstream.store.base import Filter, Hit, SearchQuery, VectorStore, scroll_all

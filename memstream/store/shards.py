@@ -134,19 +134,3 @@ def open_shards(settings: Settings, specs: Sequence[CollectionSpec]) -> Shards:
 
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
     return SharedStore(QdrantServerStore.from_url(settings.qdrant_url, api_key), specs)
-
-
-def gateway_shards(settings: Settings, dim: int) -> Shards:
-    """The stores as a process that owns no partition reads them: the Qdrant server directly, or
-    each embedded partition through the worker that holds it."""
-    if settings.store == "qdrant":
-        from consumers.memories import memories_spec
-        from streams.ingest import units_spec
-
-        return open_shards(settings, [units_spec(dim), memories_spec(dim)])
-    from memstream.store.remote import OwnerShards
-
-    urls = settings.worker_urls or [
-        f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
-    ]
-    return OwnerShards(urls)

@@ -1,4 +1,5 @@
-"""The ``memories`` collection: its spec, payload layout, and reads the consolidators share.
+"""The ``memories`` collection: its spec, payload layout, and the reads that consolidation and
+recall share (core: the write path and the read path both import it).
 
 Only the indexer (``consumers/indexer.py``) writes it. Payload: flat fields for filters
 (``user_key``, ``tenant``, ``kind``, ``current`` 1/0, ``start_epoch``/``end_epoch``,
@@ -11,10 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from consumers.writer import Source
 from memstream.store.base import CollectionSpec, Filter, Range, SearchQuery, VectorStore
 from memstream.units import TENANT_FIELD, USER_FIELD
-from schemas.events import Unit
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 
 MEMORIES = "memories"
@@ -71,30 +70,6 @@ def in_period(user_key: str, kind: MemoryKind, start: datetime, end: datetime) -
 def nearest(store: VectorStore, vector: Any, flt: Filter, limit: int) -> list[tuple[float, Memory]]:
     hits = store.search_many(MEMORIES, [SearchQuery(vector, limit, flt)])[0]
     return [(h.score, memory_from_payload(h.payload)) for h in hits]
-
-
-def unit_source(unit: Unit) -> Source:
-    return Source(
-        id=unit.unit_id,
-        ts=unit.ts,
-        text=unit.text,
-        turn_ids=(unit.turn_id,),
-        event_times=tuple(unit.event_times),
-    )
-
-
-def memory_source(memory: Memory) -> Source:
-    return Source(
-        id=memory.memory_id,
-        ts=memory.recorded_at,
-        text=memory.text,
-        turn_ids=tuple(memory.source_turn_ids),
-        start=memory.start,
-        end=memory.end,
-        sentence_turn_ids=tuple(tuple(t) for t in memory.sentence_turn_ids),
-        triple=memory.triple,
-        fact_type=memory.fact_type,
-    )
 
 
 def upsert(memory: Memory) -> MemoryUpdate:
