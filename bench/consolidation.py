@@ -29,17 +29,17 @@ from typing import Any
 
 import orjson
 
-from memstream.broker import Broker, free_port
-from memstream.cost import cost_report
-from memstream.datasets import read_records
-from memstream.embedders import make_embedder
-from memstream.kafka import settled
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.replay import replay
-from memstream.settings import Settings
-from memstream.status import fetch_status
-from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, units_spec
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedders import make_embedder
+from memstream.adapters.kafka import settled
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import all_stores, open_shards, scroll_all
+from memstream.apps.cost import cost_report
+from memstream.apps.datasets import read_records
+from memstream.apps.replay import replay
+from memstream.apps.status import fetch_status
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.units import UNITS, units_spec
 
 # The test server and its prompt responder live with the tests (a test double, not product code).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -82,7 +82,7 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
         }
         settings = Settings.from_env(env)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"],
+            [sys.executable, "-m", "memstream.apps.cli", "up"],
             env=env,
             stdout=(work / "worker.log").open("wb"),
             stderr=subprocess.STDOUT,

@@ -30,15 +30,15 @@ from typing import Any
 
 import orjson
 
-from memstream.broker import Broker, free_port
-from memstream.datasets import RawRecord
-from memstream.embedders import make_embedder
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.status import fetch_status
-from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, render_text, unit_from_payload, units_spec
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedders import make_embedder
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import all_stores, open_shards, scroll_all
+from memstream.apps.datasets import RawRecord
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.apps.status import fetch_status
+from memstream.core.units import UNITS, render_text, unit_from_payload, units_spec
 from schemas.events import Turn
 from streams.ingest import Incoming, IngestProcessor
 
@@ -96,7 +96,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
         texts = [render_text(t.messages) for t in main]
 
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"],
+            [sys.executable, "-m", "memstream.apps.cli", "up"],
             env=env,
             stdout=(work / "worker.log").open("wb"),
             stderr=subprocess.STDOUT,

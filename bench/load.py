@@ -36,12 +36,12 @@ from typing import Any
 import httpx
 import orjson
 
-from memstream.broker import Broker, free_port
-from memstream.embedders import make_embedder
-from memstream.settings import Settings
-from memstream.status import fetch_status
-from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, unit_from_payload, units_spec
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedders import make_embedder
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import all_stores, open_shards, scroll_all
+from memstream.apps.status import fetch_status
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample.jsonl"
@@ -286,7 +286,7 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
     }
     log = work / "pipeline.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memstream.cli", "up"],
+        [sys.executable, "-m", "memstream.apps.cli", "up"],
         env=env,
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,

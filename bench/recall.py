@@ -1,4 +1,4 @@
-"""Recall latency without an LLM: p50 / p95 / p99 of ``memstream.recall.engine.recall`` on a store
+"""Recall latency without an LLM: p50 / p95 / p99 of ``memstream.core.recall.engine.recall`` on a store
 holding N units and the memories consolidation built from them.
 
     python bench/recall.py --units 100000 --embedder hash --queries 300 --json
@@ -30,14 +30,14 @@ from typing import Any
 import orjson
 
 from consumers import build_consolidation
-from memstream.embedders import make_embedder
-from memstream.memories import MEMORIES, memories_spec
-from memstream.recall.config import DEFAULT
-from memstream.recall.engine import recall
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store.shards import EdgeShards
-from memstream.units import UNITS, units_spec
+from memstream.adapters.embedders import make_embedder
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.sample import generate
+from memstream.core.memories import MEMORIES, memories_spec
+from memstream.core.recall.config import DEFAULT
+from memstream.core.recall.engine import recall
+from memstream.core.units import UNITS, units_spec
 from streams.ingest import IngestProcessor
 from streams.offline import consolidate_all, ingest_all
 

@@ -4,7 +4,7 @@
 
 Starts its own Tansu broker and one `memstream up` (one worker, every role, hash embedder, no
 gateway), warms it up (partitions owned, first turns stored), then produces --turns generated
-turns (memstream.sample, --users users interleaved day by day) into the turns topic as fast as
+turns (memstream.apps.sample, --users users interleaved day by day) into the turns topic as fast as
 the producer goes, so that a backlog builds up while the worker reads. Every second while the
 worker drains it, it samples
 
@@ -15,7 +15,7 @@ worker drains it, it samples
 
 Drained means: the group has committed past the last turn produced, and the lag gauge reads 0.
 Consolidation and indexing (topics after ingest) may still be behind: with --settle it then waits
-until they are settled too (`memstream.kafka.settled`; `consolidation_settle_s`), still sampling
+until they are settled too (`memstream.adapters.kafka.settled`; `consolidation_settle_s`), still sampling
 (the deadline still holds). Then it
 stops the pipeline and counts the units stored. It reports RSS after warm-up, at its peak and at
 the end (after the settling), and the growth per 10,000 turns over the second half of the drain (a least
@@ -54,15 +54,15 @@ from typing import Any
 import orjson
 
 from bench.load import start_up, stop, wait
-from memstream.broker import Broker, free_port
-from memstream.datasets import RawRecord
-from memstream.embedders import make_embedder
-from memstream.kafka import settled, wait_processed
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.status import fetch_status
-from memstream.store import all_stores, open_shards, scroll_all
-from memstream.units import UNITS, unit_from_payload, units_spec
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedders import make_embedder
+from memstream.adapters.kafka import settled, wait_processed
+from memstream.adapters.store import all_stores, open_shards, scroll_all
+from memstream.apps.datasets import RawRecord
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.apps.status import fetch_status
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.topics import TURNS
 
 WARMUP_TURNS = 50

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memstream.store.base import CollectionSpec, Filter, Point, search
-from memstream.store.edge import EdgeStore
+from memstream.adapters.store.edge import EdgeStore
+from memstream.core.store import CollectionSpec, Filter, Point, search
 
 
 def run(points: int, users: int, dim: int, batch: int, queries: int, root: Path) -> dict[str, float]:

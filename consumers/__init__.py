@@ -17,9 +17,9 @@ from consumers.indexer import Indexer
 from consumers.recurrence import RecurrenceConsolidator
 from consumers.tree import TreeSummarizer
 from consumers.writer import Writer
-from memstream.embedders.base import Embedder
-from memstream.llm import LLMClient
-from memstream.settings import Settings
+from memstream.adapters.llm import LLMClient
+from memstream.adapters.settings import Settings
+from memstream.core.embedder import Embedder
 
 
 @dataclass(frozen=True)

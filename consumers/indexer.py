@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from memstream.embedders.base import Embedder
-from memstream.memories import (
+from memstream.core.embedder import Embedder
+from memstream.core.memories import (
     CURRENT_FIELD,
     ID_FIELD,
     MEMORIES,
@@ -19,7 +19,7 @@ from memstream.memories import (
     memory_from_payload,
     memory_payload,
 )
-from memstream.store.base import Filter, Point, VectorStore
+from memstream.core.store import Filter, Point, VectorStore
 from schemas.memory import MemoryOp, MemoryUpdate
 
 

@@ -1,4 +1,4 @@
-"""The LLM writer: the prompts of ``memstream.prompts`` through ``memstream.llm.LLMClient``.
+"""The LLM writer: the prompts of ``memstream.core.prompts`` through ``memstream.adapters.llm.LLMClient``.
 
 Each method renders its sources as dated, id-tagged lines inside the prompt's data fence, calls
 one stage (``episodes``, ``facts``, ``summary``, ``profile``, ``durative``), and turns the parsed
@@ -17,8 +17,17 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
-from memstream.llm import LLMClient
-from memstream.prompts import DURATIVE, EPISODES, FACTS, LEVEL_INSTRUCTIONS, MERGE, PROFILE, SUMMARY, Prompt
+from memstream.adapters.llm import LLMClient
+from memstream.core.prompts import (
+    DURATIVE,
+    EPISODES,
+    FACTS,
+    LEVEL_INSTRUCTIONS,
+    MERGE,
+    PROFILE,
+    SUMMARY,
+    Prompt,
+)
 from schemas.memory import Memory, MemoryKind, Triple
 
 

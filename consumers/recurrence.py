@@ -21,10 +21,10 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from consumers.writer import EpisodeDraft, Scope, Source, Writer, memory_source, stamp, unit_source
-from memstream.embedders.base import Embedder
-from memstream.memories import MEMORIES, current_of_user, nearest, union, upsert
-from memstream.store.base import Filter, VectorStore
-from memstream.units import UNITS, USER_FIELD, unit_from_payload
+from memstream.core.embedder import Embedder
+from memstream.core.memories import MEMORIES, current_of_user, nearest, union, upsert
+from memstream.core.store import Filter, VectorStore
+from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.events import ConsolidationRequest, Unit
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, memory_id
 

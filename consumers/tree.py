@@ -1,7 +1,7 @@
 """The Temporal Memory Tree summarizer (TiMem), and durative memory (TSM) when a month closes.
 
 A ``WindowClosed`` in, the user's new tree state and memory updates out; the pure state machine
-is ``memstream.tree``. Cost control: a parent with a single child (a day with one session, a
+is ``memstream.core.tree``. Cost control: a parent with a single child (a day with one session, a
 week with one day) reuses the child's text instead of asking the writer to restate it.
 
 Provenance: a node's ``source_turn_ids`` are the turns its own text carries (what the writer says
@@ -15,12 +15,12 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from consumers.writer import Scope, Source, Writer, Written, memory_source, stamp, stamp_of, unit_source
-from memstream import durative
-from memstream.embedders.base import Embedder
-from memstream.memories import MEMORIES, in_period, memory_from_payload, union, upsert
-from memstream.store.base import Filter, Range, VectorStore, scroll_all
-from memstream.tree import TreeState, apply, hull, plan
-from memstream.units import UNITS, USER_FIELD, unit_from_payload
+from memstream.core import durative
+from memstream.core.embedder import Embedder
+from memstream.core.memories import MEMORIES, in_period, memory_from_payload, union, upsert
+from memstream.core.store import Filter, Range, VectorStore, scroll_all
+from memstream.core.tree import TreeState, apply, hull, plan
+from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
 from schemas.events import Unit, WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryUpdate, memory_id
 

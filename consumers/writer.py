@@ -5,7 +5,7 @@ Consolidators (``consumers/recurrence.py``, ``consumers/tree.py``) load units an
 ``Memory`` records. A writer only turns sources into text and structure. Two writers:
 
 * ``consumers.extractive.ExtractiveWriter`` -- deterministic, offline, zero tokens (the default);
-* ``consumers.llm_writer.LLMWriter`` -- prompts from ``memstream.prompts`` through the LLM client.
+* ``consumers.llm_writer.LLMWriter`` -- prompts from ``memstream.core.prompts`` through the LLM client.
 
 Both say what their text carries, apart from what it was written from: drafts name the units they
 state (``source_ids``) and those they cover (``covers_ids``); summaries, profiles and durative

@@ -4,7 +4,7 @@
 Helm chart's ``files/`` (the chart's PrometheusRule and dashboard ConfigMap read those copies);
 ``python -m deploy.generate --check`` (run by ``make deploy-check``) fails when a committed file
 differs from what this module generates. Every metric queried here is declared in
-``memstream/metrics.py``; ``tests/test_dashboards.py`` scrapes a running pipeline and gateway and
+``memstream/adapters/metrics.py``; ``tests/test_dashboards.py`` scrapes a running pipeline and gateway and
 checks that each one is exported.
 
 Thresholds are the numbers below: change them here, run ``make deploy-generate``, and update the

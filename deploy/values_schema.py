@@ -1,6 +1,7 @@
 """The Helm chart's ``values.schema.json``, built from code so it cannot drift from the settings.
 
-The ``config`` block (the chart's ConfigMap) accepts exactly the settings in ``memstream/settings.py``
+The ``config`` block (the chart's ConfigMap) accepts exactly the settings in
+``memstream/adapters/settings.py``
 that the chart does not set itself, each with the type the settings object declares; secrets are
 accepted only as Secret references.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from memstream.settings import Settings
+from memstream.adapters.settings import Settings
 
 # Settings the chart sets from its own values (so `config` must not repeat them), and why.
 MANAGED: dict[str, str] = {

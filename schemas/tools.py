@@ -2,7 +2,7 @@
 
 The argument models are the contract an LLM agent sees: ``openai_tools()`` generates the tool schemas from
 them (docstring -> tool description, field descriptions -> parameter descriptions), so the schemas and the
-validation of a call's arguments never drift apart. ``memstream.recall.tools`` runs the tools.
+validation of a call's arguments never drift apart. ``memstream.core.recall.tools`` runs the tools.
 """
 
 from __future__ import annotations

@@ -34,12 +34,12 @@ import faust
 from faust.types import TP, EventT
 
 from consumers import Consolidation
-from memstream import metrics
-from memstream.forgetting import Forgotten
-from memstream.kafka import partition_for
-from memstream.memories import MEMORIES
-from memstream.settings import Settings
-from memstream.units import UNITS
+from memstream.adapters import metrics
+from memstream.adapters.kafka import partition_for
+from memstream.adapters.settings import Settings
+from memstream.core.forgetting import Forgotten
+from memstream.core.memories import MEMORIES
+from memstream.core.units import UNITS
 from schemas.topics import (
     ALL_TOPICS,
     CONSOLIDATION,
@@ -101,13 +101,13 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         )
 
     # ---- tables -------------------------------------------------------------------------------
-    window_state = user_table("window-state")  # open windows (memstream.windows.UserWindows)
+    window_state = user_table("window-state")  # open windows (memstream.core.windows.UserWindows)
     # Users deleted through the gateway, with the times that tell their records still on the way
-    # from new ones (memstream/forgetting.py); kept for good.
+    # from new ones (memstream/core/forgetting.py); kept for good.
     forgotten = user_table("forgotten")
     user_tables = [window_state]  # per-user state a DELETE must clear
     if "consolidate" in roles:
-        tree_state = user_table("tree-state")  # memstream.tree.TreeState
+        tree_state = user_table("tree-state")  # memstream.core.tree.TreeState
         user_tables.append(tree_state)
 
     # ---- what the handlers share ---------------------------------------------------------------

@@ -43,7 +43,7 @@ from faust.types import TP, Message
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from memstream import metrics
+from memstream.adapters import metrics
 from streams.delivery import InOrder, Verdict
 
 log = logging.getLogger(__name__)

@@ -60,7 +60,7 @@ class DeadLettered:
 
 @dataclass(frozen=True)
 class Dropped:
-    """Records of a deleted user (memstream/forgetting.py), counted by the stage that dropped them."""
+    """Records of a deleted user (memstream/core/forgetting.py), counted by the stage that dropped them."""
 
     stage: str
     count: int = 1

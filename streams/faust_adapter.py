@@ -11,8 +11,8 @@ from faust.sensors import Monitor
 from faust.types import TP, EventT, Message, StreamT
 from mode.types.signals import BaseSignalT
 
-from memstream.kafka import by_key, ssl_context
-from memstream.settings import Settings
+from memstream.adapters.kafka import by_key, ssl_context
+from memstream.adapters.settings import Settings
 
 MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
 
@@ -49,7 +49,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "web_bind": settings.metrics_host,
         "web_host": settings.metrics_host,
         "producer_acks": -1,
-        "producer_partitioner": by_key,  # partition_for, stated (memstream.kafka.by_key)
+        "producer_partitioner": by_key,  # partition_for, stated (memstream.adapters.kafka.by_key)
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": settings.commit_interval_s,
         "topic_allow_declare": True,

@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from memstream.forgetting import Forgotten, erase_user, made_before, sent_before
-from memstream.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
-from memstream.pause import until_available
-from memstream.store.base import VectorStore
-from memstream.tree import TreeState, in_closing_order
-from memstream.validation import Rejection
-from memstream.windows import UserWindows, close_idle
+from memstream.adapters.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
+from memstream.adapters.pause import until_available
+from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
+from memstream.core.store import VectorStore
+from memstream.core.tree import TreeState, in_closing_order
+from memstream.core.validation import Rejection
+from memstream.core.windows import UserWindows, close_idle
 from schemas.events import (
     ConsolidationRequest,
     DeadLetter,
@@ -217,7 +217,7 @@ Summarize = Callable[[VectorStore, TreeState, WindowClosed], Awaitable[tuple[Tre
 
 class Summaries:
     """[windows] -> Temporal Memory Tree nodes (consumers/tree.py), in the order the windows
-    closed (memstream/tree.py parks a user's later windows behind a deferred one); a closed month
+    closed (memstream/core/tree.py parks a user's later windows behind a deferred one); a closed month
     also schedules its durative memory on [deferred]. The user's tree state moves on only once
     the nodes are delivered: a crash in between replays the window against the old state, which
     rebuilds the same node (same id, same children)."""
@@ -427,7 +427,7 @@ class Indexing:
 
 class Forgetting:
     """[tombstones]: a user deleted through the gateway. Remember when (so that their records
-    still on the way are dropped where they arrive: memstream/forgetting.py), drop their per-user
+    still on the way are dropped where they arrive: memstream/core/forgetting.py), drop their per-user
     state (open windows, memory tree, pending own writes), and delete their points again
     (whatever landed after the gateway's delete)."""
 

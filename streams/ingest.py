@@ -1,7 +1,7 @@
 """The ingest processor: one batch of turn records in, stored units and events out.
 
 Per batch: validate -> semantic time -> embed -> recurrence check -> upsert into ``units`` ->
-window tracking. Each unit is stored in its partition's store (``memstream.store.shards``).
+window tracking. Each unit is stored in its partition's store (``memstream.adapters.store.shards``).
 It is independent of faust (the topology in ``streams.app`` feeds it), so tests and
 benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
 redelivered turn is recognised by id and content hash, and a unit is written together with the
@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from memstream import lexical, metrics
-from memstream.embedders.base import Embedder, Vectors
-from memstream.recurrence import Neighbour, recurrence, top_k
-from memstream.semantic_time import extract_event_times
-from memstream.settings import Settings
-from memstream.store.base import Filter, Point, Range, SearchQuery, VectorStore
-from memstream.store.shards import Shards
-from memstream.units import (
+from memstream.adapters import metrics
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import Shards
+from memstream.core import lexical
+from memstream.core.embedder import Embedder, Vectors
+from memstream.core.recurrence import Neighbour, recurrence, top_k
+from memstream.core.semantic_time import extract_event_times
+from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
+from memstream.core.units import (
     BUFFER_FIELD,
     CONSOLIDATED,
     FIRED_FIELD,
@@ -35,8 +36,8 @@ from memstream.units import (
     unit_from_payload,
     unit_payload,
 )
-from memstream.validation import Rejection, check_key, limits_from, validate, zone_of
-from memstream.windows import UserWindows, advance
+from memstream.core.validation import Rejection, check_key, limits_from, validate, zone_of
+from memstream.core.windows import UserWindows, advance
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
 
 CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}

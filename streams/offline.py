@@ -11,9 +11,9 @@ from datetime import timedelta
 from typing import Any
 
 from consumers import Consolidation
-from memstream.store.base import VectorStore
-from memstream.tree import TreeState
-from memstream.windows import UserWindows, close_idle
+from memstream.core.store import VectorStore
+from memstream.core.tree import TreeState
+from memstream.core.windows import UserWindows, close_idle
 from schemas.events import ConsolidationRequest, Turn, WindowClosed, WindowLevel
 from streams.ingest import Incoming, IngestProcessor
 

@@ -1,5 +1,5 @@
 """A worker's web pages: ``/metrics``, ``/healthz``, ``/readyz``, ``/status``, and the stores it
-holds for a gateway (``/store/{partition}/{op}``, ``memstream.store.remote``)."""
+holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.remote``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import orjson
 from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from memstream import metrics
-from memstream.store.remote import serve
+from memstream.adapters import metrics
+from memstream.adapters.store.remote import serve
 from streams.ingest import IngestProcessor
 
 

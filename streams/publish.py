@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from memstream import metrics
+from memstream.adapters import metrics
 from schemas.memory import MemoryUpdate
 from schemas.topics import DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
 from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends

@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiokafka import TopicPartition
 
-from memstream import metrics
-from memstream.kafka import group_offsets
-from memstream.memories import MEMORIES, memory_from_payload
-from memstream.settings import Settings
-from memstream.store.base import VectorStore
+from memstream.adapters import metrics
+from memstream.adapters.kafka import group_offsets
+from memstream.adapters.settings import Settings
+from memstream.core.memories import MEMORIES, memory_from_payload
+from memstream.core.store import VectorStore
 from schemas.memory import Memory, MemoryOp, MemoryUpdate
 
 log = logging.getLogger(__name__)

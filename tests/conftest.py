@@ -18,13 +18,13 @@ import httpx
 import pytest
 from aiokafka import TopicPartition
 
-from memstream.broker import Broker, free_port
-from memstream.kafka import group_offsets
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.settings import Settings
-from memstream.store import VectorStore, open_shards, scroll_all
-from memstream.store.shards import all_stores
-from memstream.units import UNITS, unit_from_payload, units_spec
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.kafka import group_offsets
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import VectorStore, open_shards, scroll_all
+from memstream.adapters.store.shards import all_stores
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import Memory
 
@@ -49,7 +49,7 @@ class Pipeline:
 
     def start(self) -> Pipeline:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.cli", "up"],
+            [sys.executable, "-m", "memstream.apps.cli", "up"],
             env=self.env,
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
@@ -64,7 +64,7 @@ class Pipeline:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """A `memstream` command against this pipeline (its environment)."""
         return subprocess.run(
-            [sys.executable, "-m", "memstream.cli", *args],
+            [sys.executable, "-m", "memstream.apps.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -170,8 +170,8 @@ def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
     """One store with the sample turns ingested and consolidated (extractive, hash embedder), for
     tests that only read it."""
     from consumers import build_consolidation
-    from memstream.embedders.hashing import HashingEmbedder
-    from memstream.store.shards import EdgeShards
+    from memstream.adapters.embedders.hashing import HashingEmbedder
+    from memstream.adapters.store.shards import EdgeShards
     from tests.test_consolidation import consolidate, ingest
 
     tmp = tmp_path_factory.mktemp("sample-memory")

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from memstream.kafka import client_kwargs
-from memstream.settings import Settings
+from memstream.adapters.kafka import client_kwargs
+from memstream.adapters.settings import Settings
 from schemas.events import Turn
 from schemas.topics import TURNS
 

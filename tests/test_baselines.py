@@ -1,4 +1,5 @@
-"""The eval's flat baselines (``memstream.baselines``): orders, rendering, and a fill that fits the budget."""
+"""The eval's flat baselines (``memstream.apps.baselines``): orders, rendering, and a fill that fits the
+budget."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.baselines import RawTurn, fill, min_max, rankings, render
+from memstream.apps.baselines import RawTurn, fill, min_max, rankings, render
 
 
 def test_a_turn_is_one_dated_line() -> None:

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from memstream import calibrate as cal
-from memstream.calibrate import (
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.apps import calibrate as cal
+from memstream.apps.calibrate import (
     CalibrationReport,
     GridRow,
     calibrate,
@@ -18,7 +19,6 @@ from memstream.calibrate import (
     report_from_vectors,
     suggest_theta,
 )
-from memstream.embedders.hashing import HashingEmbedder
 
 NAN = math.nan
 

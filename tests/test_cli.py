@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from memstream.broker import free_port
-from memstream.cli import main
-from memstream.demo import SAMPLE
-from memstream.status import merge_status, render_status
+from memstream.adapters.broker import free_port
+from memstream.apps.cli import main
+from memstream.apps.demo import SAMPLE
+from memstream.apps.status import merge_status, render_status
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,11 +80,11 @@ def test_broker_command_serves_kafka_and_stops_tansu_on_sigterm() -> None:
     import sys
     import time
 
-    from memstream.broker import port_open
+    from memstream.adapters.broker import port_open
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memstream.cli", "broker", "--port", str(port)],
+        [sys.executable, "-m", "memstream.apps.cli", "broker", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -138,7 +138,7 @@ def test_up_refuses_more_workers_than_partitions(
 
 
 def test_cost_report_adds_up_calls_and_tokens_by_stage_and_tenant() -> None:
-    from memstream.cost import cost_report, render
+    from memstream.apps.cost import cost_report, render
 
     status = {
         "memstream_turns_ingested": {"acme": 1500, "zeta": 500},
@@ -170,7 +170,7 @@ def test_cost_report_adds_up_calls_and_tokens_by_stage_and_tenant() -> None:
 
 
 def test_roles_are_read_comma_separated_and_cannot_be_empty() -> None:
-    from memstream.settings import Settings
+    from memstream.adapters.settings import Settings
 
     assert Settings.from_env({"MEMSTREAM_ROLES": "ingest, index"}).roles == ["ingest", "index"]
     assert Settings().roles == ["ingest", "consolidate", "index"]

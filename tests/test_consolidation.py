@@ -19,16 +19,16 @@ import pytest
 from consumers import Consolidation, build_consolidation
 from consumers.extractive import sentences
 from consumers.writer import Source
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store.base import VectorStore, scroll_all
-from memstream.store.shards import EdgeShards
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.sample import generate
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.store import VectorStore, scroll_all
+from memstream.core.tree import covers
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from memstream.tree import covers
-from memstream.units import UNITS, unit_from_payload, units_spec
 from schemas.memory import Memory, MemoryKind, MemoryOp
 from streams.ingest import IngestProcessor
 from streams.offline import Events, consolidate_all, ingest_all

@@ -29,11 +29,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy import monitoring
-from memstream.broker import Broker, free_port
-from memstream.demo import SAMPLE
-from memstream.kafka import partition_for, producer
-from memstream.settings import Settings
-from memstream.status import fetch_status
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.kafka import partition_for, producer
+from memstream.adapters.settings import Settings
+from memstream.apps.demo import SAMPLE
+from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
 from schemas.topics import TURNS

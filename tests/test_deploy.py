@@ -38,10 +38,10 @@ from deploy import monitoring
 from deploy.generate import stale
 from deploy.render import CHART, HELM, is_custom, manifests, render
 from deploy.values_schema import MANAGED, NOT_APPLICABLE, config_fields, secret_fields
-from memstream import metrics
-from memstream.broker import Broker
-from memstream.kafka import DYNAMIC_TOPIC_CONFIG, _set_retention, client_kwargs, security_kwargs
-from memstream.settings import Settings
+from memstream.adapters import metrics
+from memstream.adapters.broker import Broker
+from memstream.adapters.kafka import DYNAMIC_TOPIC_CONFIG, _set_retention, client_kwargs, security_kwargs
+from memstream.adapters.settings import Settings
 from schemas.topics import ALL_TOPICS, CONSOLIDATION, MEMORY_UPDATES, TURNS, WINDOWS
 from streams.faust_adapter import faust_credentials, faust_settings
 from streams.pages import Readiness
@@ -658,7 +658,7 @@ def test_the_lock_pins_every_runtime_requirement_within_its_range() -> None:
 
 def _topics(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memstream.cli", "topics", "create"],
+        [sys.executable, "-m", "memstream.apps.cli", "topics", "create"],
         env=env,
         capture_output=True,
         text=True,

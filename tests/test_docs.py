@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memstream.cli import main
-from memstream.demo import SAMPLE
-from memstream.sample import generate
+from memstream.apps.cli import main
+from memstream.apps.demo import SAMPLE
+from memstream.apps.sample import generate
 from schemas.export import stale
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,11 +15,11 @@ import numpy as np
 import openai
 import pytest
 
-from memstream.embedders import Embedder, make_embedder
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.embedders.minilm import MAX_TOKENS, MiniLMEmbedder, find_tokenizer
-from memstream.embedders.openai_embedder import EmbeddingError, OpenAIEmbedder
-from memstream.settings import Settings
+from memstream.adapters.embedders import Embedder, make_embedder
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.embedders.minilm import MAX_TOKENS, MiniLMEmbedder, find_tokenizer
+from memstream.adapters.embedders.openai_embedder import EmbeddingError, OpenAIEmbedder
+from memstream.adapters.settings import Settings
 from memstream.testing.openai_server import Failure, OpenAIServer, bag_of_words
 
 TEXTS = [
@@ -164,7 +164,7 @@ def test_minilm_missing_tokenizer_says_how_to_fix(monkeypatch: pytest.MonkeyPatc
 def test_hash_is_stable_across_processes() -> None:
     # str hashes are salted per process: the vectors must not be.
     code = (
-        "from memstream.embedders.hashing import HashingEmbedder;"
+        "from memstream.adapters.embedders.hashing import HashingEmbedder;"
         f"print(HashingEmbedder(64).embed([{TEXTS[0]!r}]).tobytes().hex())"
     )
     outs = {

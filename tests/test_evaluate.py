@@ -13,11 +13,11 @@ from typing import Any
 import orjson
 import pytest
 
-from memstream.cli import main
-from memstream.evaluate import CATEGORIES, load
-from memstream.recall.rank import tokens
-from memstream.scoring import answer_recall, id_recall, text_recall
-from memstream.settings import Settings
+from memstream.adapters.settings import Settings
+from memstream.apps.cli import main
+from memstream.apps.evaluate import CATEGORIES, load
+from memstream.apps.scoring import answer_recall, id_recall, text_recall
+from memstream.core.recall.rank import tokens
 from tests.conftest import LOCOMO
 
 SYSTEMS = ("memstream", "hybrid", "dense", "bm25", "oracle")
@@ -232,7 +232,7 @@ def test_dev_questions_have_their_evidence_turns() -> None:
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo dev split not present")
 def test_a_dev_conversation_is_recomputable(tmp_path: Path) -> None:
-    from memstream.evaluate import evaluate
+    from memstream.apps.evaluate import evaluate
 
     first = orjson.loads(LOCOMO.read_bytes())[:1]
     data = tmp_path / "one.json"

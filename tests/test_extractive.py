@@ -35,10 +35,10 @@ from consumers.extractive import (
 from consumers.extractive.sentences import split_items
 from consumers.extractive.statements import read_statement, statement_list
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written, stamp, stamp_of
-from memstream.datasets import locomo_turns
-from memstream.dates import format_date, render_interval
-from memstream.semantic_time import extract_event_times
-from memstream.units import build_unit
+from memstream.apps.datasets import locomo_turns
+from memstream.core.dates import format_date, render_interval
+from memstream.core.semantic_time import extract_event_times
+from memstream.core.units import build_unit
 from schemas.events import EventTime
 from schemas.memory import FactType, Memory, MemoryKind, Triple
 

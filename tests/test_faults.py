@@ -30,13 +30,13 @@ from typing import Any
 import httpx
 import pytest
 
-from memstream.broker import Broker, free_port, port_open
-from memstream.datasets import RawRecord
-from memstream.gateway.app import SEND_TIMEOUT_S
-from memstream.kafka import ensure_topics, partition_for, read_topic, settled, wait_processed
-from memstream.replay import ReplayReport, replay
-from memstream.sample import generate
-from memstream.status import fetch_status
+from memstream.adapters.broker import Broker, free_port, port_open
+from memstream.adapters.kafka import ensure_topics, partition_for, read_topic, settled, wait_processed
+from memstream.apps.datasets import RawRecord
+from memstream.apps.gateway.app import SEND_TIMEOUT_S
+from memstream.apps.replay import ReplayReport, replay
+from memstream.apps.sample import generate
+from memstream.apps.status import fetch_status
 from schemas.events import ConsolidationRequest, Turn
 from schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS

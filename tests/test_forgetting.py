@@ -1,4 +1,5 @@
-"""memstream/forgetting.py: erasing a user's points, and which records of a deleted user are still theirs."""
+"""memstream/core/forgetting.py: erasing a user's points, and which records of a deleted user are still
+theirs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.forgetting import Forgotten, erase_user, made_before, sent_before
-from memstream.store.base import CollectionSpec, Point
-from memstream.store.edge import EdgeStore
-from memstream.units import USER_FIELD
+from memstream.adapters.store.edge import EdgeStore
+from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
+from memstream.core.store import CollectionSpec, Point
+from memstream.core.units import USER_FIELD
 
 GONE = Forgotten(deleted_at=100.0, handled_at=100.4)
 

@@ -22,12 +22,12 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from memstream.broker import Broker, free_port
-from memstream.demo import SAMPLE
-from memstream.gateway.app import create_app
-from memstream.kafka import read_topic, settled
-from memstream.settings import Settings
-from memstream.status import fetch_status
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.kafka import read_topic, settled
+from memstream.adapters.settings import Settings
+from memstream.apps.demo import SAMPLE
+from memstream.apps.gateway.app import create_app
+from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 from schemas.events import Tombstone
@@ -123,7 +123,7 @@ def gateway(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "MEMSTREAM_LLM_MODEL": "test-model",
     }
     replica = subprocess.Popen(
-        [sys.executable, "-m", "memstream.cli", "gateway", "--port", str(replica_port)],
+        [sys.executable, "-m", "memstream.apps.cli", "gateway", "--port", str(replica_port)],
         env=replica_env,
         stdout=(tmp / "replica.log").open("ab"),
         stderr=subprocess.STDOUT,
@@ -367,7 +367,7 @@ def test_turns_on_their_way_when_a_user_is_deleted_are_forgotten_too(
 ) -> None:
     """A DELETE right after a large batch was accepted, before the workers have stored it: those
     turns were accepted before the DELETE, so they are forgotten too, with whatever consolidation
-    makes of them (memstream/forgetting.py); a turn sent once the DELETE was handled is new data."""
+    makes of them (memstream/core/forgetting.py); a turn sent once the DELETE was handled is new data."""
     user = "user-in-flight"
     turns = [{**t, "user_id": user, "turn_id": f"in-flight-{i}"} for i, t in enumerate(GLOBEX_TURNS * 4)][
         :500

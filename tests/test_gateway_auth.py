@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.gateway.auth import Bucket, parse_keys, take, tenant_for
+from memstream.apps.gateway.auth import Bucket, parse_keys, take, tenant_for
 
 KEYS = parse_keys(json.dumps({"k" * 20: "acme", "z" * 32: "globex"}))
 

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from memstream.broker import Broker
-from memstream.gateway.updates import UpdateHub
-from memstream.kafka import client_kwargs, ensure_topics
-from memstream.settings import Settings
+from memstream.adapters.broker import Broker
+from memstream.adapters.kafka import client_kwargs, ensure_topics
+from memstream.adapters.settings import Settings
+from memstream.apps.gateway.updates import UpdateHub
 from schemas.topics import MEMORY_UPDATES
 
 pytestmark = pytest.mark.integration

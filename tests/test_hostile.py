@@ -29,18 +29,27 @@ import schemas.tools
 from consumers import build_consolidation
 from consumers.llm_writer import LLMWriter
 from consumers.writer import EpisodeDraft, Scope, Source
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.gateway import auth
-from memstream.llm import InvalidOutput, LLMClient
-from memstream.memories import MEMORIES, memories_spec
-from memstream.prompts import ALL_PROMPTS, DATA_RULES, EPISODES, FACTS, SUMMARY, EpisodesOut, FactsOut, Prompt
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store.base import VectorStore, scroll_all
-from memstream.store.shards import EdgeShards
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.llm import InvalidOutput, LLMClient
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.gateway import auth
+from memstream.apps.sample import generate
+from memstream.core.memories import MEMORIES, memories_spec
+from memstream.core.prompts import (
+    ALL_PROMPTS,
+    DATA_RULES,
+    EPISODES,
+    FACTS,
+    SUMMARY,
+    EpisodesOut,
+    FactsOut,
+    Prompt,
+)
+from memstream.core.store import VectorStore, scroll_all
+from memstream.core.units import UNITS, units_spec
+from memstream.core.validation import Rejection, validate
 from memstream.testing.openai_server import OpenAIServer
-from memstream.units import UNITS, units_spec
-from memstream.validation import Rejection, validate
 from schemas.events import (
     MAX_CONTENT_CHARS,
     DeadLetter,

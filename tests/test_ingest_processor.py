@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.kafka import partition_for
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store import scroll_all
-from memstream.store.shards import EdgeShards
-from memstream.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.kafka import partition_for
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import scroll_all
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.sample import generate
+from memstream.core.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
 from schemas.events import ConsolidationRequest
 from streams.ingest import BatchResult, Incoming, IngestProcessor
 

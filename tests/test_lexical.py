@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memstream
-from memstream import lexical
-from memstream.recall.rank import bm25_scores
+from memstream.core import lexical
+from memstream.core.recall.rank import bm25_scores
 
 WORDS = ["garden", "zanzibar", "trip", "cat", "the", "and", "what", "guitar", "2023", "x"]
 texts = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join)
@@ -94,7 +94,7 @@ def test_dot_product_with_idf_orders_like_okapi_bm25(docs: list[str], query: str
 
 def test_token_ids_are_the_same_in_another_process() -> None:
     """CRC-32, not Python's salted hash(): a worker and a gateway must agree."""
-    code = "from memstream import lexical; print(lexical.encode_query('zanzibar guitar').indices)"
+    code = "from memstream.core import lexical; print(lexical.encode_query('zanzibar guitar').indices)"
     repo = str(Path(memstream.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)

@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 from consumers.llm_writer import LLMWriter
 from consumers.writer import Scope, Source
-from memstream import metrics
-from memstream.llm import (
+from memstream.adapters import metrics
+from memstream.adapters.llm import (
     BudgetExhausted,
     InvalidOutput,
     LLMClient,
@@ -31,7 +31,7 @@ from memstream.llm import (
     retry_after_s,
     stage_config,
 )
-from memstream.settings import Settings
+from memstream.adapters.settings import Settings
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, Failure, OpenAIServer
 from schemas.memory import MemoryKind

@@ -11,7 +11,7 @@ to the OpenAI-compatible test server over real HTTP (answers from ``memstream.te
   failure kind was served; the server never had more than ``MEMSTREAM_LLM_CONCURRENCY`` (2) chat
   requests in flight.
 * Budget: a second pipeline with ``MEMSTREAM_LLM_DAILY_TOKEN_BUDGET`` small enough to run out. The
-  guarantee (``memstream/llm/client.py``): a request is only sent while the tenant's spend today is
+  guarantee (``memstream/adapters/llm/client.py``): a request is only sent while the tenant's spend today is
   under the budget, checked with a concurrency slot held, and billed as it returns; so tokens billed
   <= budget - 1 + llm_concurrency x the largest call (prompt + completion), per worker per UTC day.
   Work refused is deferred with reason ``token_budget`` until the next UTC midnight: it is re-queued
@@ -43,19 +43,19 @@ from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
 from consumers import build_consolidation
-from memstream.broker import Broker
-from memstream.datasets import RawRecord
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.kafka import consumed, read_records, settled
-from memstream.llm import LLMClient, LLMUnavailable
-from memstream.memories import memories_spec
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store.shards import EdgeShards
+from memstream.adapters.broker import Broker
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.kafka import consumed, read_records, settled
+from memstream.adapters.llm import LLMClient, LLMUnavailable
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.datasets import RawRecord
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.core.memories import memories_spec
+from memstream.core.units import units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
-from memstream.units import units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS

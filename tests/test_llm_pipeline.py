@@ -13,17 +13,17 @@ from typing import Any
 import orjson
 import pytest
 
-from memstream.broker import Broker
-from memstream.datasets import RawRecord
-from memstream.kafka import read_topic, settled
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store import all_stores, open_shards, scroll_all
+from memstream.adapters.broker import Broker
+from memstream.adapters.kafka import read_topic, settled
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import all_stores, open_shards, scroll_all
+from memstream.apps.datasets import RawRecord
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.units import units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
-from memstream.units import units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED

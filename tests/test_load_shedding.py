@@ -15,9 +15,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from memstream import metrics
-from memstream.broker import Broker, free_port
-from memstream.gateway.app import Gate, admit
+from memstream.adapters import metrics
+from memstream.adapters.broker import Broker, free_port
+from memstream.apps.gateway.app import Gate, admit
 from tests.conftest import make_pipeline, ready, wait_for
 
 KEY = "shed-key-0123456789abcdef"

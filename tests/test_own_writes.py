@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.indexer import Indexer
-from memstream import metrics
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
-from memstream.store.base import VectorStore
-from memstream.store.shards import EdgeShards
-from memstream.units import units_spec
+from memstream.adapters import metrics
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.store.shards import EdgeShards
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
+from memstream.core.store import VectorStore
+from memstream.core.units import units_spec
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
 from streams.read_your_writes import Interrupted, OwnWrites, reflects
 

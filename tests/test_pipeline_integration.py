@@ -18,12 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
-from memstream.broker import Broker
-from memstream.datasets import RawRecord, read_records
-from memstream.kafka import read_topic, settled
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.tree import covers
+from memstream.adapters.broker import Broker
+from memstream.adapters.kafka import read_topic, settled
+from memstream.apps.datasets import RawRecord, read_records
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.core.tree import covers
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
@@ -97,7 +97,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
                 [
                     sys.executable,
                     "-m",
-                    "memstream.cli",
+                    "memstream.apps.cli",
                     "replay",
                     str(LOCOMO),
                     "--format",
@@ -144,7 +144,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
         wait_for(windows_idle_closed, 60, "idle windows to close")
         wait_for(lambda: asyncio.run(settled(settings)), 120, "consolidation")
         status = subprocess.run(
-            [sys.executable, "-m", "memstream.cli", "status", "--json"],
+            [sys.executable, "-m", "memstream.apps.cli", "status", "--json"],
             env=pipeline.env,
             capture_output=True,
             text=True,

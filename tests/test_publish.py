@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from memstream import metrics
-from memstream.memories import upsert
+from memstream.adapters import metrics
+from memstream.core.memories import upsert
 from schemas.events import Deferred
 from schemas.topics import DEFERRED, MEMORY_UPDATES
 from streams.decisions import Deferral, Done, Dropped, Send

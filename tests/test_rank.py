@@ -1,4 +1,4 @@
-"""The pure core of hierarchical recall (memstream.recall.rank), on small hand-made items."""
+"""The pure core of hierarchical recall (memstream.core.recall.rank), on small hand-made items."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.recall.config import DEFAULT
-from memstream.recall.rank import (
+from memstream.core.recall.config import DEFAULT
+from memstream.core.recall.rank import (
     Item,
     Scored,
     ancestor_ids,

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.recall import rank
-from memstream.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
-from memstream.recall.engine import Recalled, recall
-from memstream.recall.time_intent import contains, distance
-from memstream.settings import Settings
-from memstream.store.base import VectorStore
-from memstream.store.shards import EdgeShards
-from memstream.units import units_spec
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.recall import rank
+from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
+from memstream.core.recall.engine import Recalled, recall
+from memstream.core.recall.time_intent import contains, distance
+from memstream.core.store import VectorStore
+from memstream.core.units import units_spec
 from schemas.events import Message, Turn
 from streams.ingest import Incoming, IngestProcessor
 from tests.test_consolidation import TURNS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.recurrence import Neighbour, recurrence
+from memstream.core.recurrence import Neighbour, recurrence
 
 
 def n(i: int, score: float, consolidated: bool = False) -> Neighbour:

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from memstream.broker import Broker, free_port
+from memstream.adapters.broker import Broker, free_port
 from tests.conftest import Pipeline, make_pipeline, ready, wait_for
 
 pytestmark = pytest.mark.integration

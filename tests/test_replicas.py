@@ -37,11 +37,11 @@ import httpx
 import orjson
 import pytest
 
-from memstream.broker import Broker, free_port
-from memstream.kafka import partition_for, settled
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.status import fetch_status
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.kafka import partition_for, settled
+from memstream.adapters.settings import Settings
+from memstream.apps.sample import generate
+from memstream.apps.status import fetch_status
 from schemas.events import Turn
 from schemas.memory import Memory, MemoryKind
 from tests.conftest import Pipeline, consolidated_units, make_pipeline, ready, stored, terminate, wait_for
@@ -83,7 +83,7 @@ def gateway(env: dict[str, str], log: Path) -> Iterator[str]:
     """A `memstream gateway` replica on a free port; its base URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memstream.cli", "gateway", "--port", str(port)],
+        [sys.executable, "-m", "memstream.apps.cli", "gateway", "--port", str(port)],
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

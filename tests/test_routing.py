@@ -21,10 +21,9 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.broker import Broker, free_port
-from memstream.datasets import RawRecord
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.kafka import (
+from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.kafka import (
     by_key,
     ensure_topics,
     partition_for,
@@ -32,13 +31,14 @@ from memstream.kafka import (
     read_topic,
     settled,
 )
-from memstream.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.replay import replay
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store import open_shards, scroll_all
-from memstream.store.shards import EdgeShards
-from memstream.units import UNITS, unit_from_payload, units_spec
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import open_shards, scroll_all
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.datasets import RawRecord
+from memstream.apps.replay import replay
+from memstream.apps.sample import generate
+from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
 from schemas.memory import MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS

@@ -7,9 +7,9 @@ from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
 from consumers.extractive import Claim, classify, split_sentences
-from memstream.sample import CHITCHAT, FOLLOW_UPS, generate, when
-from memstream.semantic_time import extract_event_times
-from memstream.settings import Settings
+from memstream.adapters.settings import Settings
+from memstream.apps.sample import CHITCHAT, FOLLOW_UPS, generate, when
+from memstream.core.semantic_time import extract_event_times
 from schemas.events import Turn
 from schemas.memory import FactType
 

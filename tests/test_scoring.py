@@ -1,4 +1,5 @@
-"""The eval's scores (``memstream.scoring``) follow their definitions: text-grounded evidence recall by word
+"""The eval's scores (``memstream.apps.scoring``) follow their definitions: text-grounded evidence recall by
+word
 trigrams, answer recall within the budget's characters, id recall."""
 
 from __future__ import annotations
@@ -7,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.recall.rank import tokens
-from memstream.scoring import (
+from memstream.apps.scoring import (
     Returned,
     answer_recall,
     content_words,
@@ -17,6 +17,7 @@ from memstream.scoring import (
     within_budget,
     words,
 )
+from memstream.core.recall.rank import tokens
 
 word = st.from_regex(r"[a-z0-9']{1,8}", fullmatch=True)
 sentence = st.lists(word, min_size=1, max_size=30).map(" ".join)

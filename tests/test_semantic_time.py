@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream import semantic_time
-from memstream.semantic_time import extract_event_times
+from memstream.core import semantic_time
+from memstream.core.semantic_time import extract_event_times
 from schemas.events import EventTime, Granularity
 
 NY = ZoneInfo("America/New_York")

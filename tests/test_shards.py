@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
-from memstream.settings import Settings
-from memstream.store import CollectionSpec, Point, all_stores, open_shards
-from memstream.store import qdrant_server as qdrant_server_module
-from memstream.store.edge import EdgeStore
-from memstream.store.qdrant_server import QdrantServerStore
-from memstream.store.shards import EdgeShards, SharedStore
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import CollectionSpec, Point, all_stores, open_shards
+from memstream.adapters.store import qdrant_server as qdrant_server_module
+from memstream.adapters.store.edge import EdgeStore
+from memstream.adapters.store.qdrant_server import QdrantServerStore
+from memstream.adapters.store.shards import EdgeShards, SharedStore
 
 SPEC = CollectionSpec(name="units", dim=4, keyword_fields=("user",))
 

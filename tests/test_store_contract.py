@@ -25,8 +25,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 import memstream
-from memstream import lexical
-from memstream.store import (
+from memstream.adapters.store import (
     CollectionSpec,
     Filter,
     Point,
@@ -36,9 +35,10 @@ from memstream.store import (
     VectorStore,
     search,
 )
-from memstream.store.edge import EdgeStore
-from memstream.store.qdrant_server import QdrantServerStore
-from memstream.store.remote import RemoteStore, serve
+from memstream.adapters.store.edge import EdgeStore
+from memstream.adapters.store.qdrant_server import QdrantServerStore
+from memstream.adapters.store.remote import RemoteStore, serve
+from memstream.core import lexical
 
 # qdrant-client's local mode warns that payload indexes do nothing there; the contract still creates them.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
@@ -83,7 +83,8 @@ def make_local(tmp_path: Path) -> VectorStore:
 
 
 class _StoreServer(http.server.HTTPServer):
-    """The worker side of ``memstream.store.remote`` (``serve``) over real HTTP, one request at a time."""
+    """The worker side of ``memstream.adapters.store.remote`` (``serve``) over real HTTP, one request at a
+    time."""
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store
@@ -483,8 +484,8 @@ def test_edge_wal_keeps_data_without_close(tmp_path: Path) -> None:
         f"""
         import os, sys, numpy as np
         from pathlib import Path
-        from memstream.store import CollectionSpec, Point
-        from memstream.store.edge import EdgeStore
+        from memstream.adapters.store import CollectionSpec, Point
+        from memstream.adapters.store.edge import EdgeStore
         s = EdgeStore(Path(sys.argv[1]))
         s.ensure_collection(CollectionSpec(name="units", dim={DIM}, keyword_fields=("user",)))
         v = np.ones({DIM}, dtype=np.float32)

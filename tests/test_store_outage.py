@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.pause import MAX_DELAY_S, next_delay, until_available
-from memstream.sample import generate
-from memstream.settings import Settings
-from memstream.store import scroll_all
-from memstream.store.base import StoreUnavailable, VectorStore
-from memstream.store.shards import EdgeShards
-from memstream.units import UNITS, units_spec
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.pause import MAX_DELAY_S, next_delay, until_available
+from memstream.adapters.settings import Settings
+from memstream.adapters.store import scroll_all
+from memstream.adapters.store.shards import EdgeShards
+from memstream.apps.sample import generate
+from memstream.core.store import StoreUnavailable, VectorStore
+from memstream.core.units import UNITS, units_spec
 from streams.ingest import Incoming, IngestProcessor
 
 TURNS = list(generate(users=3, days=45, seed=9))  # 197 store calls: every injected fault happens

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from memstream import metrics
-from memstream.broker import Broker
-from memstream.kafka import client_kwargs, ensure_topics, producer
-from memstream.settings import Settings
+from memstream.adapters import metrics
+from memstream.adapters.broker import Broker
+from memstream.adapters.kafka import client_kwargs, ensure_topics, producer
+from memstream.adapters.settings import Settings
 from schemas.topics import MEMORY_UPDATES
 from streams.read_your_writes import Interrupted, Takeover
 from tests.conftest import make_pipeline

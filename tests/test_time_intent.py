@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream.recall.time_intent import Interval, Relation, TimeIntent, contains, distance, parse_time_intent
+from memstream.core.recall.time_intent import (
+    Interval,
+    Relation,
+    TimeIntent,
+    contains,
+    distance,
+    parse_time_intent,
+)
 
 LISBON = ZoneInfo("Europe/Lisbon")
 NOW = datetime(2023, 8, 15, 14, 0, tzinfo=UTC)  # Tuesday 15 August 2023

@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.embedders.hashing import HashingEmbedder
-from memstream.memories import memories_spec, memory_payload
-from memstream.recall import rank
-from memstream.recall.time_intent import Interval, TimeIntent, contains
-from memstream.recall.tools import (
+from memstream.adapters.embedders.hashing import HashingEmbedder
+from memstream.adapters.store.edge import EdgeStore
+from memstream.core.memories import memories_spec, memory_payload
+from memstream.core.recall import rank
+from memstream.core.recall.time_intent import Interval, TimeIntent, contains
+from memstream.core.recall.tools import (
     RUNNERS,
     contexts,
     entity_filter,
@@ -27,9 +28,8 @@ from memstream.recall.tools import (
     order_and_page,
     run_tool,
 )
-from memstream.store.base import Point, VectorStore
-from memstream.store.edge import EdgeStore
-from memstream.units import unit_payload, units_spec
+from memstream.core.store import Point, VectorStore
+from memstream.core.units import unit_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
 from schemas.tools import TOOLS, OrderBy, TimeOp, ToolKind, ToolResult, openai_tools

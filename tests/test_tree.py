@@ -1,6 +1,6 @@
 """The Temporal Memory Tree state machine and durative clustering, as pure functions.
 
-Windows come from the real window tracker (memstream.windows) fed with generated sessions, so
+Windows come from the real window tracker (memstream.core.windows) fed with generated sessions, so
 the property covers sessions past midnight, weeks straddling months and idle closing."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from memstream.durative import cluster
-from memstream.llm import LLMUnavailable
-from memstream.memories import upsert
-from memstream.settings import Settings
-from memstream.store.base import VectorStore
-from memstream.store.shards import EdgeShards
-from memstream.tree import (
+from memstream.adapters.llm import LLMUnavailable
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.shards import EdgeShards
+from memstream.core.durative import cluster
+from memstream.core.memories import upsert
+from memstream.core.store import VectorStore
+from memstream.core.tree import (
     KIND,
     TreeState,
     apply,
@@ -37,8 +37,8 @@ from memstream.tree import (
     unpark,
     waits,
 )
-from memstream.units import units_spec
-from memstream.windows import advance, close_idle
+from memstream.core.units import units_spec
+from memstream.core.windows import advance, close_idle
 from schemas.events import Deferred, WindowClosed
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec

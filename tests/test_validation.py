@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from memstream.validation import Rejection, limits_from, validate
+from memstream.core.validation import Rejection, limits_from, validate
 from schemas.events import MAX_CONTENT_CHARS, DeadLetterStage, Turn
 
 LIMITS = limits_from(262_144, "1970-01-01T00:00:00Z", 86_400, ZoneInfo("UTC"))

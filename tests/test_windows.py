@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream.windows import UserWindows, advance, calendar_bounds, close_idle
+from memstream.core.windows import UserWindows, advance, calendar_bounds, close_idle
 from schemas.events import CloseReason, WindowLevel
 
 UTC = ZoneInfo("UTC")

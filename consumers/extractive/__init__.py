@@ -13,7 +13,7 @@ A functional core -- plain data in, plain data out -- in modules that build on e
 ``sentences`` (parse and date-anchor) -> ``claims`` (what a sentence says of its speaker) ->
 ``centrality`` (what to keep) and ``rendering`` (write it back) -> ``statements`` (claims as dated
 lines) -> ``episodes``, ``facts``, ``summaries`` (what a consolidator asks for) -> ``writer``, a
-thin async shell implementing ``consumers.writer.Writer``. Dates are ``memstream.dates``, shared
+thin async shell implementing ``consumers.writer.Writer``. Dates are ``memstream.core.dates``, shared
 with recall's rendering.
 """
 

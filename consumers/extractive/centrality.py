@@ -21,7 +21,7 @@ from consumers.extractive.sentences import (
     sentence_key,
     strip_notes,
 )
-from memstream.semantic_time import extract_event_times
+from memstream.core.semantic_time import extract_event_times
 
 PHATIC_WORDS = 3  # a sentence with no claim, name, number or time and this few content words names nothing
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from consumers.extractive.sentences import Sentence
-from memstream.dates import render_date
+from memstream.core.dates import render_date
 
 
 def _terminated(text: str) -> str:

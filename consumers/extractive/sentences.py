@@ -14,8 +14,8 @@ from datetime import date, datetime, time
 from zoneinfo import ZoneInfo
 
 from consumers.writer import Source, Written
-from memstream.dates import parse_date, render_interval
-from memstream.semantic_time import extract_event_times
+from memstream.core.dates import parse_date, render_interval
+from memstream.core.semantic_time import extract_event_times
 from schemas.events import EventTime
 
 MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")

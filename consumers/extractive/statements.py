@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo
 from consumers.extractive.claims import FAMILIES, LIKES, Claim, classify, collapse, has_subject
 from consumers.extractive.sentences import Sentence, is_trivial, provenance, strip_notes
 from consumers.writer import Source, Written
-from memstream.dates import format_date, parse_date, render_date, render_interval
-from memstream.semantic_time import extract_event_times
+from memstream.core.dates import format_date, parse_date, render_date, render_interval
+from memstream.core.semantic_time import extract_event_times
 from schemas.memory import FactType
 
 

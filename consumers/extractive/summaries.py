@@ -27,7 +27,7 @@ from consumers.extractive.statements import (
     statements_in,
 )
 from consumers.writer import Scope, Source, Written
-from memstream.dates import format_month, render_date
+from memstream.core.dates import format_month, render_date
 from schemas.memory import FactType, MemoryKind
 
 SUMMARY_SENTENCES = {MemoryKind.SESSION: 5, MemoryKind.DAY: 5, MemoryKind.WEEK: 6}

@@ -1,5 +1,5 @@
 """A stand-in for a chat model behind ``memstream/testing/openai_server.py``: it answers memstream's prompts
-(``memstream.prompts``) with valid JSON built from the prompt's own data, so the LLM path runs end
+(``memstream.core.prompts``) with valid JSON built from the prompt's own data, so the LLM path runs end
 to end over real HTTP with real ``usage``. Deterministic; not a language model: its texts are
 the data's first lines, and it cites the ids of the sources whose lines its text quotes (as the
 prompts ask). Used by the tests and by ``bench/consolidation.py``.

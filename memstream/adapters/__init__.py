@@ -1,0 +1,1 @@
+"""Adapters: the broker, the store, the embedders, the LLM client, settings and metrics."""

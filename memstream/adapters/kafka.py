@@ -1,0 +1,252 @@
+"""Small aiokafka adapters: topic creation, producing turns, and reading group progress.
+
+Progress is measured against the offsets our own sends returned and the group's committed
+offsets (``consumer.committed()``), never ``end_offsets``: Tansu, the test broker, reports
+wrong end offsets for multi-record batches, and committed offsets are what "processed" means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
+from aiokafka.partitioner import murmur2
+
+from memstream.adapters.settings import Settings
+from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEFERRED, MEMORY_UPDATES, WINDOWS
+
+log = logging.getLogger(__name__)
+DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source of a value set on the topic itself
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext:
+    """TLS context for the brokers: the configured CA (or the system's), and a client certificate
+    for mutual TLS when one is configured."""
+    return create_ssl_context(
+        cafile=str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile else None,
+        certfile=str(settings.kafka_ssl_certfile) if settings.kafka_ssl_certfile else None,
+        keyfile=str(settings.kafka_ssl_keyfile) if settings.kafka_ssl_keyfile else None,
+    )
+
+
+def security_kwargs(settings: Settings) -> dict[str, Any]:
+    """aiokafka's security arguments for the configured protocol (none for PLAINTEXT)."""
+    protocol = settings.kafka_security_protocol
+    if protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {"security_protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        out["ssl_context"] = ssl_context(settings)
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        out.update(
+            sasl_mechanism=settings.kafka_sasl_mechanism,
+            sasl_plain_username=settings.kafka_sasl_username,
+            sasl_plain_password=settings.kafka_sasl_password.get_secret_value(),
+        )
+    return out
+
+
+def client_kwargs(settings: Settings) -> dict[str, Any]:
+    """Bootstrap servers and security arguments shared by every aiokafka client."""
+    return {"bootstrap_servers": settings.brokers, **security_kwargs(settings)}
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition a user's records belong on: murmur2 of the ``tenant/user_id`` key, as Java's
+    and aiokafka's default partitioners place keyed records. Turns that arrive elsewhere are
+    forwarded here (``streams.routing``), and the user's store shard is this partition's."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def by_key(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka partitioner for every producer of ours: :func:`partition_for`, stated rather than
+    left to the client's default, so no client upgrade can move a user. Keyless records (none of
+    ours) go to any partition."""
+    if key is None:
+        return random.choice(available or all_partitions)
+    return all_partitions[partition_for(key, len(all_partitions))]
+
+
+@dataclass
+class TopicsReport:
+    """What :func:`ensure_topics` found and did."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    retention_updated: list[str] = field(default_factory=list)
+    # existing topics whose partition count is not MEMSTREAM_TOPIC_PARTITIONS: name -> count
+    wrong_partitions: dict[str, int] = field(default_factory=dict)
+
+
+async def ensure_topics(settings: Settings, update_existing: bool = False) -> TopicsReport:
+    """Create every pipeline topic that is missing, with the configured partitions, replication
+    factor and retention. Existing topics are kept; with ``update_existing`` their retention is
+    set where it differs from ``topic_retention_ms`` and their partition counts are checked
+    (never changed: a user's records and state stay on the partition their key hashes to)."""
+    report = TopicsReport()
+    retention = {settings.topic(name): ms for name, ms in settings.topic_retention_ms.items()}
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        names = [settings.topic(spec.name) for spec in ALL_TOPICS]
+        missing = [
+            NewTopic(
+                name,
+                num_partitions=settings.topic_partitions,
+                replication_factor=settings.topic_replication_factor,
+                topic_configs={"retention.ms": str(retention[name])} if name in retention else {},
+            )
+            for name in names
+            if name not in existing
+        ]
+        if missing:
+            with suppress(TopicAlreadyExistsError):  # another process won the race
+                await admin.create_topics(missing)
+        report.created = [t.name for t in missing]
+        report.existing = [name for name in names if name in existing]
+        if update_existing and report.existing:
+            for topic in await admin.describe_topics(report.existing):
+                if len(topic["partitions"]) != settings.topic_partitions:
+                    report.wrong_partitions[topic["topic"]] = len(topic["partitions"])
+            stale = [name for name in report.existing if name in retention]
+            if stale:
+                report.retention_updated = await _set_retention(admin, stale, retention)
+    finally:
+        await admin.close()
+    return report
+
+
+async def _set_retention(
+    admin: AIOKafkaAdminClient, names: list[str], retention: Mapping[str, int]
+) -> list[str]:
+    """Set ``retention.ms`` on the topics where it differs; the names changed. AlterConfigs
+    replaces a topic's whole dynamic config, so the topic's other dynamic values are sent too."""
+    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    changes = []
+    for response in described:
+        for resource in response.to_object()["resources"]:
+            name = resource["resource_name"]
+            entries = {e["config_names"]: e for e in resource["config_entries"]}
+            current = entries.get("retention.ms", {}).get("config_value")
+            if current == str(retention[name]):
+                continue
+            keep = {
+                k: e["config_value"]
+                for k, e in entries.items()
+                if e.get("config_source") == DYNAMIC_TOPIC_CONFIG
+                and not e["read_only"]
+                and not e["is_sensitive"]
+                and e["config_value"] is not None
+            }
+            configs = {**keep, "retention.ms": str(retention[name])}
+            changes.append(ConfigResource(ConfigResourceType.TOPIC, name, configs=configs))
+            log.info("retention.ms of %s: %s -> %s", name, current, retention[name])
+    if changes:
+        for response in await admin.alter_configs(changes):
+            for r in response.to_object()["resources"]:
+                if r["error_code"]:
+                    raise RuntimeError(
+                        f"setting retention.ms of {r['resource_name']} failed: "
+                        f"error {r['error_code']} {r['error_message']}"
+                    )
+    return [c.name for c in changes]
+
+
+@asynccontextmanager
+async def producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
+    p = AIOKafkaProducer(
+        **client_kwargs(settings),
+        partitioner=by_key,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=256 * 1024,
+        request_timeout_ms=30_000,
+    )
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()
+
+
+async def wait_processed(
+    settings: Settings, topic: str, produced: Mapping[int, int], timeout: float, poll: float = 0.2
+) -> bool:
+    """Wait until the pipeline's consumer group has committed past ``produced`` (partition ->
+    last offset sent). Committed offsets are read with ``consumer.committed()``, which asks the
+    group coordinator each time (admin offset listing fails against Tansu)."""
+    async with group_offsets(settings) as consumer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            done = [await consumer.committed(TopicPartition(topic, p)) for p in produced]
+            if all(off is not None and off > last for off, last in zip(done, produced.values(), strict=True)):
+                return True
+            await asyncio.sleep(poll)
+        return False
+
+
+@asynccontextmanager
+async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
+    """A consumer in the pipeline's group that subscribes to nothing (so it never joins or
+    rebalances the group): for reading the group's committed offsets."""
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=settings.app_id, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+async def read_records(settings: Settings, topic: str, idle_s: float = 1.0) -> list[ConsumerRecord[Any, Any]]:
+    """Every record of ``topic`` from the beginning (with its partition and offset), until
+    ``idle_s`` passes without one."""
+    consumer = AIOKafkaConsumer(
+        topic, **client_kwargs(settings), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        out: list[ConsumerRecord[Any, Any]] = []
+        while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
+            for msgs in batch.values():
+                out.extend(msgs)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> list[tuple[bytes | None, bytes]]:
+    """The key and value of every record of ``topic`` (see :func:`read_records`)."""
+    return [(m.key, m.value) for m in await read_records(settings, topic, idle_s) if m.value is not None]
+
+
+async def consumed(settings: Settings, topics: list[str]) -> bool:
+    """Whether the pipeline's group has committed every record of ``topics``. Only for topics the
+    pipeline itself produces: against Tansu it sends one record per batch, so end offsets hold."""
+    async with group_offsets(settings) as consumer:
+        tps = [TopicPartition(t, p) for t in topics for p in range(settings.topic_partitions)]
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            if ends[tp] and (await consumer.committed(tp) or 0) < ends[tp]:
+                return False
+        return True
+
+
+async def settled(settings: Settings) -> bool:
+    """Whether consolidation has nothing left in flight: every record of the topics after ingest
+    committed, twice in a row (work in flight publishes into the next topic in between)."""
+    topics = [settings.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, DEFERRED, MEMORY_UPDATES)]
+    return await consumed(settings, topics) and await consumed(settings, topics)

@@ -1,0 +1,268 @@
+"""The store of a partition owned by another process, over HTTP.
+
+Qdrant Edge lets one process open a shard, and with the embedded store each partition's shard
+is held by the worker that owns the partition. A gateway reads and forgets through that worker:
+:class:`RemoteStore` speaks the :class:`VectorStore` protocol over HTTP, and :func:`serve` is the
+worker's side of it (mounted at ``/store/<partition>/<op>``). With a Qdrant server every process
+opens the store itself and none of this is used.
+
+The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation. A sparse
+vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
+peer's requests still read the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+from memstream.core.store import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Point,
+    Range,
+    SearchQuery,
+    SparseVector,
+    StoreUnavailable,
+    VectorStore,
+)
+
+
+def _filter_out(flt: Filter | None) -> dict[str, Any] | None:
+    if flt is None:
+        return None
+    return {
+        "equals": dict(flt.equals),
+        "ranges": {k: {"gte": r.gte, "lt": r.lt} for k, r in flt.ranges.items()},
+        "exclude_ids": list(flt.exclude_ids),
+    }
+
+
+def _filter_in(raw: Mapping[str, Any] | None) -> Filter | None:
+    if raw is None:
+        return None
+    return Filter(
+        equals=raw.get("equals", {}),
+        ranges={k: Range(v.get("gte"), v.get("lt")) for k, v in raw.get("ranges", {}).items()},
+        exclude_ids=raw.get("exclude_ids", ()),
+    )
+
+
+def _hits_out(hits: Sequence[Hit]) -> list[dict[str, Any]]:
+    return [{"id": h.id, "score": h.score, "payload": h.payload} for h in hits]
+
+
+def _hits_in(raw: Sequence[Mapping[str, Any]]) -> list[Hit]:
+    return [Hit(h["id"], h["score"], h["payload"]) for h in raw]
+
+
+def _sparse_out(vector: SparseVector | None) -> dict[str, Any] | None:
+    return None if vector is None else {"indices": vector.indices, "values": vector.values}
+
+
+def _sparse_in(raw: Mapping[str, Any] | None) -> SparseVector | None:
+    return None if raw is None else SparseVector(tuple(raw["indices"]), tuple(raw["values"]))
+
+
+def _with_payload(v: Any) -> bool | list[str]:
+    return v if isinstance(v, bool) else list(v)
+
+
+def serve(store: VectorStore, op: str, body: bytes) -> bytes:
+    """Run one operation from the wire on ``store`` and encode its answer. ValueError on an
+    operation that does not exist or a malformed body."""
+    try:
+        req = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"body is not JSON: {exc}") from exc
+    handler = _OPS.get(op)
+    if handler is None:
+        raise ValueError(f"unknown store operation {op!r}")
+    try:
+        result = handler(store, req)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {op} request: {exc!r}") from exc
+    return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _ensure(store: VectorStore, req: dict[str, Any]) -> None:
+    store.ensure_collection(CollectionSpec(**req["spec"]))
+
+
+def _upsert(store: VectorStore, req: dict[str, Any]) -> None:
+    points = [
+        Point(p["id"], np.asarray(p["vector"], dtype=np.float32), p["payload"], _sparse_in(p.get("sparse")))
+        for p in req["points"]
+    ]
+    store.upsert(req["collection"], points)
+
+
+def _search_many(store: VectorStore, req: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    queries = [
+        SearchQuery(
+            np.asarray(q["vector"], dtype=np.float32),
+            q["limit"],
+            _filter_in(q["flt"]) or Filter(),
+            _with_payload(q["with_payload"]),
+            _sparse_in(q.get("sparse")),
+            q.get("sparse_limit", 0),
+        )
+        for q in req["queries"]
+    ]
+    return [_hits_out(hits) for hits in store.search_many(req["collection"], queries)]
+
+
+def _scroll(store: VectorStore, req: dict[str, Any]) -> dict[str, Any]:
+    hits, offset = store.scroll(req["collection"], _filter_in(req["flt"]), req["limit"], req.get("offset"))
+    return {"hits": _hits_out(hits), "offset": offset}
+
+
+_OPS: dict[str, Callable[[VectorStore, dict[str, Any]], Any]] = {
+    "ensure_collection": _ensure,
+    "upsert": _upsert,
+    "retrieve": lambda s, r: _hits_out(s.retrieve(r["collection"], r["ids"])),
+    "search_many": _search_many,
+    "set_payload": lambda s, r: s.set_payload(r["collection"], r["ids"], r["values"]),
+    "count": lambda s, r: s.count(r["collection"], _filter_in(r["flt"])),
+    "scroll": _scroll,
+    "delete": lambda s, r: s.delete(r["collection"], _filter_in(r["flt"]) or Filter()),
+}
+
+
+class RemoteStore:
+    """:class:`VectorStore` for ``partition``, served by whichever worker ``locate`` names.
+
+    ``locate(partition, refresh)`` returns the owner's base URL (``refresh``: the last answer was
+    wrong, ask the workers again). During a rebalance the partition has no owner for a moment,
+    so a call retries until ``timeout_s`` and then raises :class:`StoreUnavailable`."""
+
+    def __init__(
+        self,
+        partition: int,
+        locate: Callable[[int, bool], str | None],
+        client: httpx.Client,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self._partition = partition
+        self._locate = locate
+        self._client = client
+        self._timeout_s = timeout_s
+
+    def _call(self, op: str, req: Mapping[str, Any]) -> Any:
+        body = orjson.dumps(req, option=orjson.OPT_SERIALIZE_NUMPY)
+        deadline = time.monotonic() + self._timeout_s
+        refresh = False
+        while True:
+            base = self._locate(self._partition, refresh)
+            problem = f"no worker owns partition {self._partition}"
+            if base is not None:
+                try:
+                    r = self._client.post(f"{base}/store/{self._partition}/{op}", content=body)
+                    if r.status_code == 200:
+                        return orjson.loads(r.content)
+                    if r.status_code == 400:  # the call itself was wrong, as it would be locally
+                        raise ValueError(r.json().get("error", r.text))
+                    if r.status_code != 409:  # 409: not the owner (any more)
+                        raise StoreUnavailable(f"store {op} at {base}: HTTP {r.status_code} {r.text[:200]}")
+                    problem = f"{base} no longer owns partition {self._partition}"
+                except httpx.TransportError as exc:
+                    problem = f"{base}: {exc!r}"
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(problem)
+            refresh = True
+            time.sleep(0.2)
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        self._call("ensure_collection", {"spec": spec.__dict__})
+
+    def upsert(self, collection: str, points: Sequence[Point]) -> None:
+        pts = [_point_out(p) for p in points]
+        self._call("upsert", {"collection": collection, "points": pts})
+
+    def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
+        return _hits_in(self._call("retrieve", {"collection": collection, "ids": list(ids)}))
+
+    def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        qs = [_query_out(q) for q in queries]
+        return [_hits_in(h) for h in self._call("search_many", {"collection": collection, "queries": qs})]
+
+    def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
+        self._call("set_payload", {"collection": collection, "ids": list(ids), "values": dict(values)})
+
+    def count(self, collection: str, flt: Filter | None = None) -> int:
+        return int(self._call("count", {"collection": collection, "flt": _filter_out(flt)}))
+
+    def scroll(
+        self, collection: str, flt: Filter | None, limit: int, offset: str | None = None
+    ) -> tuple[list[Hit], str | None]:
+        req = {"collection": collection, "flt": _filter_out(flt), "limit": limit, "offset": offset}
+        out = self._call("scroll", req)
+        return _hits_in(out["hits"]), out["offset"]
+
+    def delete(self, collection: str, flt: Filter) -> None:
+        self._call("delete", {"collection": collection, "flt": _filter_out(flt)})
+
+    def close(self) -> None:
+        return None  # the client belongs to whoever made it
+
+
+def _point_out(p: Point) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": p.id, "vector": p.vector, "payload": p.payload}
+    if p.sparse is not None:
+        out["sparse"] = _sparse_out(p.sparse)
+    return out
+
+
+def _query_out(q: SearchQuery) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "vector": q.vector,
+        "limit": q.limit,
+        "flt": _filter_out(q.flt),
+        "with_payload": _with_payload(q.with_payload),
+    }
+    if q.sparse is not None:
+        out |= {"sparse": _sparse_out(q.sparse), "sparse_limit": q.sparse_limit}
+    return out
+
+
+class OwnerShards:
+    """:class:`~memstream.adapters.store.shards.Shards` for a process that owns no partition (the gateway):
+    each partition's store is the worker that owns it, found from the workers' ``/status``."""
+
+    def __init__(self, worker_urls: Sequence[str], timeout_s: float = 10.0) -> None:
+        self._urls = [u.rstrip("/") for u in worker_urls]
+        self._client = httpx.Client(timeout=timeout_s)
+        self._timeout_s = timeout_s
+        self._owner: dict[int, str] = {}
+        self._looked = 0.0
+
+    def locate(self, partition: int, refresh: bool) -> str | None:
+        if (refresh or partition not in self._owner) and time.monotonic() - self._looked > 0.1:
+            self._looked = time.monotonic()
+            owner: dict[int, str] = {}
+            for url in self._urls:
+                try:
+                    status = self._client.get(f"{url}/status").json()
+                except (httpx.HTTPError, ValueError):
+                    continue  # down or starting: its partitions will have moved or come back
+                owner.update((int(p), url) for p in status.get("partitions", []))
+            self._owner = owner
+        return self._owner.get(partition)
+
+    def get(self, partition: int) -> VectorStore:
+        return RemoteStore(partition, self.locate, self._client, self._timeout_s)
+
+    def release(self, partitions: Any) -> None:
+        return None
+
+    def opened(self) -> list[VectorStore]:
+        return []
+
+    def close(self) -> None:
+        self._client.close()

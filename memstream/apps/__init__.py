@@ -1,0 +1,1 @@
+"""Apps: the processes and commands (gateway, cli, demo, eval, replay, sample...)."""

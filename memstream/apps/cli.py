@@ -1,0 +1,429 @@
+"""``memstream`` command line. Every command reads the same settings (``MEMSTREAM_*``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from memstream.adapters.settings import Settings
+from memstream.apps.status import fetch_status, render_status
+from schemas.events import DEFAULT_TENANT
+
+EPILOG = "Settings come from MEMSTREAM_* environment variables; `memstream config` lists them."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        settings = Settings()
+    except ValueError as exc:
+        print(f"memstream: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        return int(args.func(args, settings) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memstream",
+        description="Event-streaming long-term memory for LLM agents: turns flow through Kafka into a "
+        "recurrence-buffered Qdrant store; consolidation runs only when a topic recurs or a window closes.",
+        epilog=EPILOG,
+    )
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up", help="run the pipeline (embedded broker and store unless configured)", epilog=EPILOG
+    )
+    up.add_argument(
+        "--workers", type=int, help="worker processes sharing the partitions (default MEMSTREAM_WORKERS)"
+    )
+    up.set_defaults(func=_cmd_up)
+
+    gw = sub.add_parser(
+        "gateway",
+        help="run the HTTP query gateway alone (memstream up starts one too)",
+        description="The stateless query gateway: POST /v1/turns, /v1/recall, /v1/answer, agent tools, "
+        "timeline, live updates (SSE), DELETE of a user. OpenAPI at /openapi.json, docs at /docs.",
+        epilog=EPILOG,
+    )
+    gw.add_argument("--port", type=int, help="port (default MEMSTREAM_GATEWAY_PORT)")
+    gw.set_defaults(func=_cmd_gateway)
+
+    rp = sub.add_parser("replay", help="produce a conversation file to the turns topic", epilog=EPILOG)
+    rp.add_argument("file", type=Path)
+    rp.add_argument(
+        "--format", choices=["jsonl", "locomo"], default="jsonl", help="file format (default jsonl)"
+    )
+    rp.add_argument(
+        "--tenant",
+        default=DEFAULT_TENANT,
+        help="tenant for locomo files (default %(default)r, the tenant a gateway without API keys reads; "
+        "jsonl lines carry their own)",
+    )
+    rp.add_argument("--wait", action="store_true", help="wait until the pipeline has processed every turn")
+    rp.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")
+    rp.set_defaults(func=_cmd_replay)
+
+    st = sub.add_parser(
+        "status", help="counts, lag, consolidation requests and windows of a running pipeline"
+    )
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_cmd_status)
+
+    co = sub.add_parser(
+        "cost", help="LLM calls and tokens per stage, per tenant and per 1,000 turns, vs eager extraction"
+    )
+    co.add_argument("--json", action="store_true", help="print JSON")
+    co.set_defaults(func=_cmd_cost)
+
+    ri = sub.add_parser(
+        "reindex", help="rebuild the memories collection from the memory.updates topic (pipeline stopped)"
+    )
+    ri.set_defaults(func=_cmd_reindex)
+
+    ev = sub.add_parser(
+        "eval", help="what recall returns at token budgets on a benchmark, against flat retrieval"
+    )
+    evs = ev.add_subparsers(title="benchmarks", metavar="BENCHMARK")
+    lo = evs.add_parser(
+        "locomo",
+        help="LoCoMo-format JSON: each conversation one user, every question asked",
+        description=(
+            "Ingest and consolidate a LoCoMo-format file in process on a fresh store (the configured "
+            "embedder and writer), ask every question through recall, and fill the same budgets with "
+            "flat baselines over the user's raw turns (hybrid 0.9 cosine + 0.1 BM25, dense, BM25) and "
+            "with the evidence turns alone (oracle). Scores per budget and category: text = share of "
+            "evidence turns whose content is in the returned texts (>= 50% of the turn's word "
+            "trigrams); answer = share of the gold answer's content words in the context's first "
+            "budget x 4 characters; id = share of evidence ids among the items' source_turn_ids "
+            "(memstream only)."
+        ),
+        epilog="Example: memstream eval locomo locomo_dev.json --budget 500 1000 --json report.json",
+    )
+    lo.add_argument("data", type=Path, help="the LoCoMo-format JSON file")
+    lo.add_argument(
+        "--budget",
+        type=int,
+        nargs="+",
+        default=[500, 1000, 2000],
+        help="token budgets (default: 500 1000 2000)",
+    )
+    lo.add_argument(
+        "--json",
+        type=Path,
+        dest="out",
+        metavar="OUT",
+        help="write the full report here: the means, and per question its evidence turns, gold answer, "
+        "and per budget and system the returned items or turns, the context and every score",
+    )
+    lo.add_argument(
+        "--tenant",
+        default=DEFAULT_TENANT,
+        help="tenant the conversations are stored under (default %(default)r, the tenant a gateway without "
+        "API keys reads)",
+    )
+    lo.set_defaults(func=_cmd_eval_locomo)
+
+    br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
+    br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
+    br.set_defaults(func=_cmd_broker)
+
+    ca = sub.add_parser("calibrate", help="show the neighbour-similarity distribution and suggest theta_sim")
+    ca.add_argument("file", type=Path)
+    ca.add_argument("--format", choices=["jsonl", "locomo"], default="jsonl")
+    ca.add_argument("--json", action="store_true", help="print the report as JSON")
+    ca.set_defaults(func=_cmd_calibrate)
+
+    tp = sub.add_parser("topics", help="the pipeline's Kafka topics")
+    tps = tp.add_subparsers(title="actions", metavar="ACTION")
+    tc = tps.add_parser(
+        "create",
+        help="create missing topics (partitions, replication, retention from the settings); idempotent",
+        description="Create every missing topic with MEMSTREAM_TOPIC_PARTITIONS partitions, "
+        "MEMSTREAM_TOPIC_REPLICATION_FACTOR replicas and MEMSTREAM_TOPIC_RETENTION_MS; set the retention "
+        "of existing topics where it differs. Fails if an existing topic has another partition count "
+        "(never changed here: users' records and state are placed by partition).",
+        epilog=EPILOG,
+    )
+    tc.set_defaults(func=_cmd_topics_create)
+
+    sc = sub.add_parser("schemas", help="JSON Schemas of the topic records")
+    scs = sc.add_subparsers(title="actions", metavar="ACTION")
+    ex = scs.add_parser("export", help="write schemas/json/*.schema.json from the models")
+    ex.add_argument("--check", action="store_true", help="fail if the committed files differ from the models")
+    ex.add_argument("--dir", type=Path, help="output directory (default: the package's schemas/json)")
+    ex.set_defaults(func=_cmd_schemas_export)
+
+    sa = sub.add_parser(
+        "sample",
+        help="write the synthetic sample conversation set as JSONL",
+        description="Write coherent user/assistant chats (a move, a new job, weekly hobbies, time "
+        "expressions true to each turn's date) as JSONL turns for `memstream replay`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sa.add_argument("out", type=Path, help="the JSONL file to write")
+    sa.add_argument("--users", type=int, default=5, help="how many users")
+    sa.add_argument("--days", type=int, default=45, help="days of conversation per user")
+    sa.add_argument("--seed", type=int, default=7, help="random seed: the same seed writes the same file")
+    sa.set_defaults(func=_cmd_sample)
+
+    de = sub.add_parser("demo", help="run everything on the bundled sample set and print what happened")
+    de.add_argument("--file", type=Path, help="JSONL turns to replay (default: examples/sample.jsonl)")
+    de.set_defaults(func=_cmd_demo)
+
+    cf = sub.add_parser("config", help="list every setting with its environment variable and value")
+    cf.add_argument("--markdown", action="store_true", help="print the README table")
+    cf.set_defaults(func=_cmd_config)
+    return p
+
+
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.runtime import run_up
+
+    if args.workers is not None:
+        settings = settings.model_copy(update={"workers": args.workers})
+    try:
+        return run_up(settings)
+    except ValueError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
+
+
+def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from memstream.apps.gateway.app import create_app
+
+    port = args.port if args.port is not None else settings.gateway_port
+    if not port:
+        print("memstream: no gateway port (MEMSTREAM_GATEWAY_PORT is 0)", file=sys.stderr)
+        return 2
+    uvicorn.run(
+        create_app(settings),
+        host=settings.gateway_host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=False,  # request lines carry user ids; /metrics counts requests instead
+    )
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.datasets import read_records
+    from memstream.apps.replay import replay
+
+    if not args.file.exists():
+        print(f"memstream: no such file: {args.file}", file=sys.stderr)
+        return 2
+    records = list(read_records(args.file, args.format, tenant=args.tenant))
+    report = asyncio.run(
+        replay(
+            settings,
+            records,
+            total=len(records),
+            wait=args.wait,
+            wait_timeout=args.timeout,
+            progress=sys.stderr.isatty(),
+        )
+    )
+    print(f"produced {report.produced} turns in {report.seconds:.2f}s ({report.rate:,.0f} turns/s)")
+    if report.processed is False:
+        print(f"memstream: not all turns were processed within {args.timeout:.0f}s", file=sys.stderr)
+        return 1
+    if report.processed:
+        print(f"processed by the pipeline after {report.wait_seconds:.2f}s more")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.metrics_port:
+        print("memstream: MEMSTREAM_METRICS_PORT is 0, so workers serve no status", file=sys.stderr)
+        return 2
+    try:
+        status = fetch_status(settings)
+    except (urllib.error.URLError, OSError) as exc:
+        print(
+            f"memstream: no pipeline answers on 127.0.0.1:{settings.metrics_port} ({exc}); "
+            "is `memstream up` running (with the same MEMSTREAM_WORKERS)?",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_status(status))
+    return 0
+
+
+def _cmd_cost(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.cost import cost_report, render
+
+    try:
+        report = cost_report(fetch_status(settings))
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"memstream: no pipeline answers ({exc}); is `memstream up` running?", file=sys.stderr)
+        return 1
+    print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() if args.json else render(report))
+    return 0
+
+
+def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.evaluate import evaluate, format_table
+
+    if not args.data.exists():
+        print(f"memstream: no such file: {args.data}", file=sys.stderr)
+        return 2
+    report = asyncio.run(
+        evaluate(settings, args.data, args.budget, tenant=args.tenant, progress=sys.stderr.isatty())
+    )
+    if args.out:
+        args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(format_table(report))
+    return 0
+
+
+def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.reindex import reindex
+
+    result = asyncio.run(reindex(settings))
+    print(f"read {result.updates:,} memory updates; the memories collection now holds {result.memories:,}")
+    return 0
+
+
+def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
+    import time
+
+    from memstream.adapters.broker import Broker
+
+    # SIGTERM must unwind the `with` below, or the broker process would outlive us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with Broker(args.port or settings.embedded_broker_port) as broker:
+        print(f"Tansu broker on {broker.bootstrap} (memory storage); Ctrl-C stops it", flush=True)
+        while broker.proc and broker.proc.poll() is None:
+            time.sleep(0.5)
+    print("memstream: the broker exited on its own", file=sys.stderr)
+    return 1
+
+
+def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.adapters.embedders import make_embedder
+    from memstream.apps.calibrate import calibrate, render
+    from memstream.apps.datasets import read_turns
+    from memstream.core.units import render_text
+
+    texts: dict[str, list[str]] = {}
+    for turn in sorted(read_turns(args.file, args.format), key=lambda t: t.ts):
+        texts.setdefault(turn.key, []).append(render_text(turn.messages))
+    embedder = make_embedder(settings)
+    report = calibrate(texts, embedder, settings.recurrence_top_k, settings.theta_count)
+    print(report.model_dump_json(indent=2) if args.json else render(report))
+    return 0
+
+
+def _cmd_topics_create(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.adapters.kafka import ensure_topics
+
+    if settings.bootstrap_servers is None:
+        print("memstream: MEMSTREAM_BOOTSTRAP_SERVERS is not set", file=sys.stderr)
+        return 2
+    from aiokafka.errors import KafkaError
+
+    try:
+        report = asyncio.run(ensure_topics(settings, update_existing=True))
+    except (KafkaError, RuntimeError) as exc:
+        print(f"memstream: topics: {exc}", file=sys.stderr)
+        return 1
+    for name in report.created:
+        print(f"created {name}")
+    for name in report.existing:
+        print(f"exists  {name}{' (retention.ms set)' if name in report.retention_updated else ''}")
+    for name, count in report.wrong_partitions.items():
+        print(
+            f"memstream: {name} has {count} partitions, MEMSTREAM_TOPIC_PARTITIONS is "
+            f"{settings.topic_partitions}",
+            file=sys.stderr,
+        )
+    return 1 if report.wrong_partitions else 0
+
+
+def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.export import JSON_DIR, stale, write_all
+
+    directory = args.dir or JSON_DIR
+    if args.check:
+        bad = stale(directory)
+        if bad:
+            print(f"stale JSON Schemas (run `memstream schemas export`): {', '.join(bad)}", file=sys.stderr)
+            return 1
+        print("JSON Schemas match the models")
+        return 0
+    for path in write_all(directory):
+        print(path)
+    return 0
+
+
+def _cmd_sample(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.sample import generate
+
+    n = 0
+    with args.out.open("wb") as fh:
+        for turn in generate(users=args.users, days=args.days, seed=args.seed):
+            fh.write(turn.to_bytes() + b"\n")
+            n += 1
+    print(f"wrote {n} turns to {args.out}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.demo import SAMPLE, run_demo
+
+    sample = args.file or SAMPLE
+    if not sample.exists():
+        print(f"memstream: no such file: {sample} (write one with `memstream sample FILE`)", file=sys.stderr)
+        return 2
+    return run_demo(settings, sample)
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("pathlib.", "").replace("pydantic.types.", "")
+
+
+def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    if args.markdown:
+        print("| variable | type | default | meaning |\n| --- | --- | --- | --- |")
+    for name, f in Settings.model_fields.items():
+        var = f"MEMSTREAM_{name.upper()}"
+        if args.markdown:
+            kind = _type_name(f.annotation).replace("|", "\\|")
+            default = f.get_default(call_default_factory=True)
+            shown = ",".join(default) if isinstance(default, list) else default
+            print(f"| `{var}` | {kind} | `{shown}` | {f.description} |")
+        else:
+            value = getattr(settings, name)
+            print(f"{var:<36} {'***' if 'KEY' in var and value else value!s:<28} {f.description}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

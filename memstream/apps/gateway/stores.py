@@ -1,0 +1,20 @@
+"""The gateway's stores (an app's wiring: it joins the adapters with the collection layouts)."""
+
+from __future__ import annotations
+
+from memstream.adapters.settings import Settings
+from memstream.adapters.store.remote import OwnerShards
+from memstream.adapters.store.shards import Shards, open_shards
+from memstream.core.memories import memories_spec
+from memstream.core.units import units_spec
+
+
+def gateway_shards(settings: Settings, dim: int) -> Shards:
+    """The stores as a process that owns no partition reads them: the Qdrant server directly, or
+    each embedded partition through the worker that holds it."""
+    if settings.store == "qdrant":
+        return open_shards(settings, [units_spec(dim), memories_spec(dim)])
+    urls = settings.worker_urls or [
+        f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
+    ]
+    return OwnerShards(urls)

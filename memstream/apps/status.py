@@ -1,0 +1,77 @@
+"""The pipeline's status as ``memstream status`` shows it: every worker's ``/status`` fetched,
+merged and rendered. Shared by the CLI, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from memstream.adapters.settings import Settings
+
+
+def worker_ports(settings: Settings) -> list[int]:
+    """The ``/metrics`` and ``/status`` port of each worker (none when metrics are off)."""
+    if not settings.metrics_port:
+        return []
+    return [settings.metrics_port + i for i in range(settings.workers)]
+
+
+def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
+    """The pipeline's status: every worker's ``/status``, merged."""
+    parts = []
+    for port in worker_ports(settings):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=timeout) as resp:
+            parts.append(dict(orjson.loads(resp.read())))
+    return merge_status(parts)
+
+
+def merge_status(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' statuses as one: counts add up, per-partition maps and partition lists join;
+    ``config`` is the same in every worker."""
+    merged: dict[str, Any] = {"workers": len(parts)}
+    for part in parts:
+        for key, value in part.items():
+            if key == "config":
+                merged.setdefault(key, value)
+            elif isinstance(value, dict):
+                into = merged.setdefault(key, {})
+                for label, n in value.items():
+                    into[label] = into.get(label, 0) + n
+            elif isinstance(value, list):
+                merged[key] = sorted([*merged.get(key, []), *value])
+            else:
+                merged[key] = merged.get(key, 0) + value
+    return merged
+
+
+def render_status(status: dict[str, Any]) -> str:
+    def total(name: str) -> float:
+        return sum(status.get(name, {}).values())
+
+    config = status["config"]
+
+    lines = [
+        f"embedder {config['embedder']}  theta_sim {config['theta_sim']:.2f}  "
+        f"theta_count {config['theta_count']}  workers {status['workers']}",
+        f"units in store            {status['units_in_store']:>10,}",
+        f"turns ingested            {total('memstream_turns_ingested'):>10,.0f}",
+        f"units stored (new)        {total('memstream_units_stored'):>10,.0f}",
+        f"duplicates recognised     {total('memstream_duplicate_turns'):>10,.0f}",
+        f"turns rerouted            {total('memstream_turns_rerouted'):>10,.0f}",
+        f"consolidation requests    {total('memstream_consolidation_requests'):>10,.0f}",
+        f"late events               {total('memstream_late_events'):>10,.0f}",
+    ]
+    for label, n in sorted(status.get("memstream_windows_closed", {}).items()):
+        lines.append(f"windows closed {label:<18}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_dead_letters", {}).items()):
+        lines.append(f"dead letters {label:<20}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_consolidations", {}).items()):
+        lines.append(f"consolidations {label:<18}{n:>8,.0f}")
+    for label, n in sorted(status.get("memstream_memory_updates", {}).items()):
+        lines.append(f"memory updates {label:<18}{n:>8,.0f}")
+    lag = status.get("lag", {})
+    lines.append(f"consumer lag              {sum(lag.values()):>10,.0f}  ({len(lag)} partitions)")
+    return "\n".join(lines)

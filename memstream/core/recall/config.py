@@ -1,0 +1,52 @@
+"""Recall's tunables in one typed config, and the named presets that recall and the eval use.
+
+Why each default is what it is, with the runs behind it: docs/recall.md and bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    lam: float  # weight of the cosine in a leaf's score: lam * cosine + (1 - lam) * BM25
+    neighbour_weight: float  # share of the better neighbour's score a unit gains (rank.smooth_neighbours)
+    min_content_words: int  # a unit with fewer distinct content words is phatic and dropped (rank.phatic)
+    activated: int  # leaves whose gains the tree nodes above them stand for (rank.select)
+    level_decay: float  # a node n levels above a leaf reports leaf score * level_decay**n (display only)
+    unit_candidates: int  # the user's units nearest the query, fetched densely
+    lexical_candidates: int  # units fetched by the store's BM25 besides them; 0 = dense only
+    candidates: int  # nearest episodes, and nearest facts, fetched
+    session_candidates: int  # nearest session nodes fetched, for their children lists
+    max_session_lookups: int  # activated units whose session is looked up when it was not fetched
+    levels: tuple[int, ...]  # levels returned when the caller names none (1: leaves)
+
+
+DEFAULT = RecallConfig(
+    # Not TiMem's 0.9: MiniLM's cosines of relevant and unrelated turns differ by a few hundredths, so at
+    # 0.9 BM25 hardly moves the order; 0.7 is better on LoCoMo dev at every budget.
+    lam=0.7,
+    neighbour_weight=0.3,  # the answer is often the turn next to the one that matches the question
+    # 3, not 4: at 4 short answers ("Yes, two cats") were dropped too and text recall fell.
+    min_content_words=3,
+    # Wider than TiMem's 20: a node only helps with relevant leaves the budget cannot hold, and about 20
+    # leaves fit 1,000 tokens.
+    activated=60,
+    level_decay=0.9,
+    unit_candidates=300,  # BM25 and the neighbour smoothing rerank within these
+    # A unit that says the question's words is a candidate even beyond the dense list (thousands of units
+    # a user); about what a budget can use, with room for an imperfect lexical order.
+    lexical_candidates=100,
+    candidates=40,
+    session_candidates=64,
+    max_session_lookups=8,
+    # Leaves only: extractive tree nodes chosen by gain per token cost text and answer recall on LoCoMo
+    # dev; they stay reachable by asking for their levels.
+    levels=(1,),
+)
+
+# The eval's flat hybrid baseline (memstream.apps.baselines): the user's raw turns scored with TiMem's 0.9,
+# none of recall's smoothing or filtering. The baseline reads ``lam``; recall run with this preset is the
+# same flat scoring over the store's candidates.
+FLAT_HYBRID = replace(DEFAULT, lam=0.9, neighbour_weight=0.0, min_content_words=0)

@@ -1,0 +1,201 @@
+"""Recall over one user's store: the thin shell that fetches candidates and their ancestors for ``rank``.
+
+Per call: two batched searches (units dense + BM25, then episodes, facts and sessions), at most
+``config.max_session_lookups`` session lookups, one read per tree level above; the steps: docs/recall.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.core import lexical
+from memstream.core.embedder import Embedder
+from memstream.core.memories import KIND_FIELD, MEMORIES, memory_from_payload
+from memstream.core.recall import rank
+from memstream.core.recall.config import DEFAULT, RecallConfig
+from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
+from memstream.core.store import Filter, SearchQuery, VectorStore
+from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
+from schemas.memory import Memory, MemoryKind
+
+LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
+
+
+@dataclass(frozen=True)
+class Recalled:
+    items: list[rank.Scored]  # in presentation order
+    context: str
+    intent: TimeIntent
+    complexity: rank.Complexity
+
+
+def recall(
+    store: VectorStore,
+    embedder: Embedder,
+    *,
+    user_key: str,
+    query: str,
+    now: datetime,
+    budget_tokens: int = 1000,
+    zone: ZoneInfo | None = None,
+    levels: Sequence[int] | None = None,
+    config: RecallConfig = DEFAULT,
+) -> Recalled:
+    """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
+    ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
+
+    ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
+    personas) are returned, and they get the whole budget; None = ``config.levels``. Phatic units
+    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``)."""
+    zone = zone or ZoneInfo("UTC")
+    now = now if now.tzinfo else now.replace(tzinfo=zone)
+    intent = parse_time_intent(query, now)
+    complexity = rank.plan_complexity(query, bool(intent.intervals))
+    vector = embedder.embed([query])[0]
+
+    leaves, sessions = _candidates(store, vector, query, user_key, config)
+    # Superseded facts only for questions about change; an event fact is not "invalid" because it
+    # ended, so no point-in-time filter here: the selection puts the asked interval first.
+    scored = rank.keep_valid(
+        list(zip(leaves, rank.leaf_scores(leaves, query, config.lam), strict=True)), intent.asks_change, None
+    )
+    smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
+    scored = rank.drop_phatic(
+        smoothed, config.min_content_words
+    )  # phatic turns still lifted their neighbours
+    activated = {item.id for item, _ in rank.top(scored, config.activated)}
+    leaves_up = [i for i, _ in scored if i.id in activated]
+    by_id, session_of = _ancestors(store, user_key, leaves_up, sessions, config.max_session_lookups)
+    linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
+
+    def closeness(item: rank.Item) -> float:
+        return distance(intent, item.start, item.end)
+
+    selected = rank.select(
+        linked,
+        by_id,
+        budget_tokens,
+        inside=lambda i: contains(intent, i.start, i.end),
+        levels=frozenset(config.levels if levels is None else levels),
+        activated=config.activated,
+        level_decay=config.level_decay,
+        zone=zone,
+    )
+    ordered = rank.order(selected, closeness)
+    return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
+
+
+def _candidates(
+    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str, config: RecallConfig
+) -> tuple[list[rank.Item], list[rank.Item]]:
+    """The leaves nearest the query (units, episodes, facts; units also by BM25) and the session nodes
+    nearest it. Every candidate carries its cosine: the store rescores the lexical ones densely."""
+    mine = Filter(equals={USER_FIELD: user_key})
+    sparse = lexical.encode_query(query)
+    units_query = SearchQuery(
+        vector, config.unit_candidates, mine, sparse=sparse, sparse_limit=config.lexical_candidates
+    )
+    units_hits = store.search_many(UNITS, [units_query])[0]
+    kinds = [*LEAF_KINDS, MemoryKind.SESSION]
+    limits = [*(config.candidates for _ in LEAF_KINDS), config.session_candidates]
+    memory_hits = store.search_many(
+        MEMORIES,
+        [
+            SearchQuery(vector, limit, Filter(equals={USER_FIELD: user_key, KIND_FIELD: k.value}))
+            for k, limit in zip(kinds, limits, strict=True)
+        ],
+    )
+    leaves = [unit_item(h.payload, h.score) for h in units_hits]
+    leaves += [item_of(memory_from_payload(h.payload), h.score) for hits in memory_hits[:-1] for h in hits]
+    sessions = [item_of(memory_from_payload(h.payload), h.score) for h in memory_hits[-1]]
+    return leaves, sessions
+
+
+def _ancestors(
+    store: VectorStore,
+    user_key: str,
+    leaves: Collection[rank.Item],
+    sessions: Sequence[rank.Item],
+    max_session_lookups: int,
+) -> tuple[dict[str, rank.Item], dict[str, str]]:
+    """Every tree node above the leaves, by id, and each unit's session id: a unit's session is the node
+    listing it among its ``children`` (from ``sessions``, else looked up for the first
+    ``max_session_lookups`` such units), then up the ``parent_id`` chain; a fact's episode by its
+    ``parent_id``."""
+    by_id: dict[str, rank.Item] = {}
+    session_of = {child: s.id for s in sessions for child in s.children}
+    units = [leaf for leaf in leaves if leaf.kind == "unit"]
+    for leaf in [u for u in units if u.id not in session_of][:max_session_lookups]:
+        hits, _ = store.scroll(MEMORIES, Filter(equals={USER_FIELD: user_key, "children": leaf.id}), 4)
+        for h in hits:
+            node = item_of(memory_from_payload(h.payload), 0.0)
+            sessions = [*sessions, node]
+            session_of.setdefault(leaf.id, node.id)
+    fetched = {s.id: s for s in sessions}
+    frontier: set[str] = set()
+    for leaf in leaves:
+        if leaf.kind == "unit" and leaf.id in session_of:
+            session = fetched[session_of[leaf.id]]
+            by_id[session.id] = session
+            frontier.add(session.parent_id or "")
+        elif leaf.parent_id:
+            frontier.add(leaf.parent_id)
+    frontier.discard("")
+    frontier -= by_id.keys()
+    while frontier:
+        found = [
+            item_of(memory_from_payload(h.payload), 0.0) for h in store.retrieve(MEMORIES, sorted(frontier))
+        ]
+        by_id.update((n.id, n) for n in found)
+        frontier = {n.parent_id for n in found if n.parent_id and n.parent_id not in by_id}
+    return by_id, session_of
+
+
+def _with_parent(item: rank.Item, session_of: dict[str, str]) -> rank.Item:
+    """A unit's parent is the session node that lists it (units carry no link themselves)."""
+    if item.kind != "unit" or item.id not in session_of:
+        return item
+    return replace(item, parent_id=session_of[item.id])
+
+
+def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
+    unit = unit_from_payload(payload)
+    return rank.Item(
+        id=unit.unit_id,
+        kind="unit",
+        level=1,
+        text=unit.text,
+        start=unit.ts,
+        end=None,
+        recorded_at=unit.ts,
+        source_turn_ids=(unit.turn_id,),
+        covers_turn_ids=(unit.turn_id,),
+        dense=score,
+        session_id=unit.session_id,
+        event_times=tuple((e.start, e.end, e.granularity.value) for e in unit.event_times),
+    )
+
+
+def item_of(memory: Memory, score: float) -> rank.Item:
+    return rank.Item(
+        id=memory.memory_id,
+        kind=memory.kind.value,
+        level=memory.level,
+        text=memory.text,
+        start=memory.start,
+        end=memory.end,
+        recorded_at=memory.recorded_at,
+        source_turn_ids=tuple(memory.source_turn_ids),
+        covers_turn_ids=tuple(memory.covers_turn_ids),
+        parent_id=memory.parent_id,
+        children=tuple(memory.children),
+        current=memory.current,
+        dense=score,
+    )

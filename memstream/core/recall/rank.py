@@ -1,0 +1,326 @@
+"""The pure core of recall: leaf scores, tree propagation within a token budget, order and rendering.
+
+Plain :class:`Item`s in (no store, no embedder, no clock), so ranking is deterministic and unit-tested;
+``engine.recall`` feeds it. The tunables are parameters, their values in ``config.RecallConfig``; how
+``select`` propagates relevance up the tree and why: docs/recall.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from memstream.core.dates import coarse_date, render_span
+from memstream.core.lexical import tokenize
+from memstream.core.recall.config import DEFAULT
+
+Complexity = Literal["simple", "hybrid", "complex"]
+
+LEAF_LEVEL = 1
+CHARS_PER_TOKEN = 4
+
+# plan_complexity rules, checked in this order (first match wins):
+#   complex: why / how (except how many, much, often, old, long, far) / compare / difference / summarise /
+#            "over the last|past ... months|years" / multi-hop ("and then", "after|before ... what|where|who")
+#   hybrid:  a time intent, or an aggregation over a period (how many / how much / how often / list / all
+#            the / every / total / times)
+#   simple:  everything else (short single-fact questions: "what is X's favourite ...", "where does X live")
+_COMPLEX = re.compile(
+    r"\bwhy\b|\bhow\b(?!\s+(?:many|much|often|old|long|far)\b)|\bcompar\w*|\bdifferen\w*|\bsummar\w*"
+    r"|\bover the (?:last|past)\b.*\b(?:months|years)\b|\band then\b"
+    r"|\b(?:after|before)\b.*\b(?:what|where|who|which)\b"
+)
+_AGGREGATE = re.compile(r"\bhow (?:many|much|often)\b|\blist\b|\ball the\b|\bevery\b|\btotal\b|\btimes\b")
+
+
+@dataclass(frozen=True)
+class Item:
+    """A candidate memory or unit, as recall sees it."""
+
+    id: str
+    kind: str  # "unit", "episode", "fact", "session", "day", "week", "profile", "topic", "persona"
+    level: int
+    text: str
+    start: datetime  # aware; the time it is about
+    end: datetime | None  # exclusive; None = still holds
+    recorded_at: datetime
+    source_turn_ids: tuple[str, ...]  # the turns its text carries: what recall credits
+    parent_id: str | None = None
+    children: tuple[str, ...] = ()
+    current: bool = True  # False: a superseded fact, kept for history
+    dense: float = 0.0  # cosine to the query, filled by the caller
+    session_id: str | None = None  # units: the dialogue session they were said in
+    covers_turn_ids: tuple[str, ...] = ()  # every turn beneath it (Memory.covers_turn_ids); units: their turn
+    # units: when what they tell happened (TSM semantic time), [start, end) and its granularity
+    event_times: tuple[tuple[datetime, datetime, str], ...] = ()
+
+
+Scored = tuple[Item, float]
+
+
+def plan_complexity(query: str, has_time_intent: bool) -> Complexity:
+    """Which TiMem budget a question needs; the rules are listed above ``_COMPLEX``."""
+    text = query.lower()
+    if _COMPLEX.search(text):
+        return "complex"
+    if has_time_intent or _AGGREGATE.search(text):
+        return "hybrid"
+    return "simple"
+
+
+def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """Okapi BM25 of ``query`` against each of ``docs`` (the corpus), normalised to [0, 1] by the max.
+
+    Stop words count neither as terms nor towards a document's length. Only the query's terms are counted
+    (recall scores a few hundred documents per question)."""
+    terms = list(dict.fromkeys(tokenize(query)))  # unique, in query order, so sums are deterministic
+    if not docs or not terms:
+        return [0.0] * len(docs)
+    words = [tokenize(d) for d in docs]
+    lengths = [len(w) for w in words]
+    avgdl = sum(lengths) / len(lengths)
+    if avgdl == 0:
+        return [0.0] * len(docs)
+    n = len(docs)
+    counts = [[w.count(t) for t in terms] for w in words]
+    df = [sum(1 for row in counts if row[j]) for j in range(len(terms))]
+    # Lucene's idf is never negative: a common term cannot rank a matching doc below a non-matching one.
+    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in df]
+    raw: list[float] = []
+    for row, length in zip(counts, lengths, strict=True):
+        norm = k1 * (1 - b + b * length / avgdl)
+        raw.append(sum(idf[j] * f * (k1 + 1) / (f + norm) for j, f in enumerate(row) if f))
+    top = max(raw)
+    return [s / top for s in raw] if top > 0 else [0.0] * len(docs)
+
+
+def leaf_scores(items: Sequence[Item], query: str, lam: float = DEFAULT.lam) -> list[float]:
+    """TiMem's leaf score: lam * cosine + (1 - lam) * BM25 (normalised over ``items``)."""
+    sparse = bm25_scores(query, [i.text for i in items])
+    return [lam * i.dense + (1 - lam) * s for i, s in zip(items, sparse, strict=True)]
+
+
+def _ranked(scored: Sequence[Scored]) -> list[Scored]:
+    return sorted(scored, key=lambda p: (-p[1], p[0].id))
+
+
+def top(scored: Sequence[Scored], k: int) -> list[Scored]:
+    """The ``k`` best by score; ties by id."""
+    return _ranked(scored)[:k]
+
+
+def smooth_neighbours(scored: Sequence[Scored], weight: float = DEFAULT.neighbour_weight) -> list[Scored]:
+    """Each unit's score plus ``weight`` times the better score of its neighbours: the units just before and
+    after it (by start, then id) among ``scored`` in the same session. In a dialogue the turn that answers is
+    often next to the one that matches the question ("What pet do you have?" - "Two cats, Luna and
+    Oliver"). Items without a session keep their score; neighbours are read from the input scores."""
+    by_session: dict[str, list[int]] = defaultdict(list)
+    for n, (item, _) in enumerate(scored):
+        if item.session_id is not None:
+            by_session[item.session_id].append(n)
+    out = [score for _, score in scored]
+    for members in by_session.values():
+        members.sort(key=lambda n: (scored[n][0].start, scored[n][0].id))
+        for pos, n in enumerate(members):
+            around = [scored[members[p]][1] for p in (pos - 1, pos + 1) if 0 <= p < len(members)]
+            if around:
+                out[n] = scored[n][1] + weight * max(around)
+    return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
+
+
+def phatic(item: Item, min_content_words: int = DEFAULT.min_content_words) -> bool:
+    """A unit that states next to nothing: fewer than ``min_content_words`` distinct content words (stop
+    words and speaker names left out), e.g. "Thanks, Jon!" or "Bye!". It spends a context line on a
+    greeting or an acknowledgement; the turns around it keep their own scores."""
+    if item.kind != "unit":
+        return False
+    said = " ".join(line.partition(": ")[2] or line for line in item.text.splitlines())
+    return len(set(tokenize(said))) < min_content_words
+
+
+def drop_phatic(scored: Sequence[Scored], min_content_words: int = DEFAULT.min_content_words) -> list[Scored]:
+    return [p for p in scored if not phatic(p[0], min_content_words)]
+
+
+def ancestor_ids(item: Item, by_id: Mapping[str, Item]) -> list[str]:
+    """The ids above ``item`` by ``parent_id`` links that ``by_id`` holds, nearest first (cycles cut)."""
+    out: list[str] = []
+    seen = {item.id}
+    parent_id = item.parent_id
+    while parent_id is not None and parent_id not in seen and parent_id in by_id:
+        seen.add(parent_id)
+        out.append(parent_id)
+        parent_id = by_id[parent_id].parent_id
+    return out
+
+
+def select(
+    leaves: Sequence[Scored],
+    by_id: Mapping[str, Item],
+    budget_tokens: int,
+    inside: Callable[[Item], bool] = lambda _: True,
+    levels: Collection[int] | None = None,
+    activated: int = DEFAULT.activated,
+    level_decay: float = DEFAULT.level_decay,
+    *,
+    zone: ZoneInfo,
+) -> list[Scored]:
+    """Leaves and tree nodes whose rendered lines fit ``budget_tokens``, chosen greedily by gain per token.
+
+    An item costs ``line_tokens(item, zone)``, what it adds to ``render_context(..., zone)``, so the context
+    of what is returned is never more than ``budget_tokens`` tokens (``tokens``).
+
+    The top ``activated`` leaves by score gain ``score - t``, t the score of the best leaf left out. A tree
+    node above activated leaves (``parent_id`` links in ``by_id``) is worth the gains of those of them not
+    yet represented: neither in the context nor below a node already kept. A leaf is charged the activated
+    leaves' mean size, so leaves keep their score order, and a node competes with the leaves its tokens
+    would buy: it enters when it stands for more relevant material than they would add. A leaf is never
+    dropped because a node above it was kept (its text is the evidence; an extractive summary keeps a few
+    sentences of a session). Items ``inside`` the asked time come first. Once activated leaves
+    and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
+    nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
+    ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
+    times ``level_decay`` per level above it.
+    """
+    allow = (lambda level: True) if levels is None else levels.__contains__
+    ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
+    best = ranked[:activated]
+    floor = ranked[activated][1] if len(ranked) > activated else 0.0
+    gain = {item.id: max(0.0, score - floor) for item, score in best}
+    cost = {item.id: line_tokens(item, zone) for item, _ in ranked}  # leaves; nodes: node_cost
+    leaf_cost = max(1.0, sum(cost[item.id] for item, _ in best) / len(best)) if best else 1.0
+
+    # Which activated leaves each node stands for, and what they are worth together.
+    under: dict[str, list[str]] = defaultdict(list)
+    chains: dict[str, list[str]] = {}
+    node_score: dict[str, float] = {}
+    for item, score in best:
+        chain = [
+            n for n in ancestor_ids(item, by_id) if by_id[n].level > LEAF_LEVEL and allow(by_id[n].level)
+        ]
+        chains[item.id] = chain
+        for node_id in chain:
+            under[node_id].append(item.id)
+            reported = score * level_decay ** max(1, by_id[node_id].level - item.level)
+            node_score[node_id] = max(node_score.get(node_id, 0.0), reported)
+    mass = {node_id: sum(gain[i] for i in ids) for node_id, ids in under.items()}
+    node_ids = sorted(mass)  # ties go to the smaller id
+    node_cost = {node_id: line_tokens(by_id[node_id], zone) for node_id in node_ids}
+    node_inside = {node_id: inside(by_id[node_id]) for node_id in node_ids}
+
+    def represent(leaf_id: str) -> None:
+        """The leaf is in the context, or below a kept node: no other node stands for it any more."""
+        for node_id in chains.pop(leaf_id, ()):
+            mass[node_id] -= gain[leaf_id]
+
+    queue = (
+        sorted(ranked, key=lambda p: (not inside(p[0]), -gain.get(p[0].id, 0.0), -p[1], p[0].id))
+        if allow(LEAF_LEVEL)
+        else []
+    )
+    kept: list[Scored] = []
+    chosen: set[str] = set()
+    used = 0
+    head = 0
+    while True:
+        while head < len(queue) and used + cost[queue[head][0].id] > budget_tokens:
+            head += 1  # the budget only shrinks: what does not fit now never will
+        leaf = queue[head] if head < len(queue) else None
+        leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
+        node: str | None = None
+        node_key = (False, 0.0)
+        for node_id in node_ids:
+            if node_id in chosen or mass[node_id] <= 1e-9 or used + node_cost[node_id] > budget_tokens:
+                continue
+            key = (node_inside[node_id], mass[node_id] / max(1, node_cost[node_id]))
+            if node is None or key > node_key:
+                node, node_key = node_id, key
+        if node is not None and (leaf_key is None or node_key > leaf_key):
+            kept.append((by_id[node], node_score[node]))
+            chosen.add(node)
+            used += node_cost[node]
+            for leaf_id in under[node]:
+                represent(leaf_id)
+        elif leaf is not None:
+            kept.append(leaf)
+            used += cost[leaf[0].id]
+            head += 1
+            represent(leaf[0].id)
+        else:
+            break
+    # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
+    for node_id in sorted(node_ids, key=lambda n: (not node_inside[n], -node_score[n], n)):
+        if node_id not in chosen and used + node_cost[node_id] <= budget_tokens:
+            kept.append((by_id[node_id], node_score[node_id]))
+            used += node_cost[node_id]
+    return kept
+
+
+def _holds_at(item: Item, at: datetime) -> bool:
+    return item.start <= at and (item.end is None or at < item.end)
+
+
+def _valid(item: Item, at: datetime | None) -> bool:
+    return item.kind != "fact" or (item.current and (at is None or _holds_at(item, at)))
+
+
+def keep_valid(scored: Sequence[Scored], asks_change: bool, at: datetime | None) -> list[Scored]:
+    """Drop facts that no longer hold (superseded) or do not hold at ``at``; a change question keeps them all,
+    since "where did I live before Porto?" is answered by the superseded fact."""
+    if asks_change:
+        return list(scored)
+    return [p for p in scored if _valid(p[0], at)]
+
+
+def tokens(text: str) -> int:
+    """memstream's one token count, for budgets and reported sizes: ⌈characters / 4⌉ (Python characters,
+    i.e. Unicode code points). An estimate of an English BPE tokenizer's count, no tokenizer needed."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def line_tokens(item: Item, zone: ZoneInfo) -> int:
+    """What ``item`` costs in a rendered context: its line and the line break after it. Every line is
+    charged a break though the last has none, and ⌈a/4⌉ + ⌈b/4⌉ ≥ ⌈(a+b)/4⌉, so the costs of the
+    selected items add up to at least ``tokens(render_context(selected, zone))``."""
+    return tokens(render_line(item, zone) + "\n")
+
+
+def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None = None) -> list[Scored]:
+    """Presentation order: broad to narrow (profile/topic, week, day, session, leaves), then by temporal
+    closeness to the asked time (``closeness``: 0 inside it), then chronological."""
+    return sorted(
+        selected, key=lambda p: (-p[0].level, closeness(p[0]) if closeness else 0.0, p[0].start, p[0].id)
+    )
+
+
+def _event_note(item: Item, zone: ZoneInfo) -> str:
+    """The note "; about <when>" for a unit's event times that do not contain the day it was said: "I ran
+    a race last Saturday", said on 25 May, reads "[25 May 2023; about 20 May 2023]"."""
+    said = item.start.astimezone(zone).date()
+    named = dict.fromkeys(
+        coarse_date(start, granularity, zone)
+        for start, end, granularity in item.event_times
+        if not start.astimezone(zone).date() <= said < end.astimezone(zone).date()
+    )
+    return f"; about {', '.join(named)}" if named else ""
+
+
+def render_line(item: Item, zone: ZoneInfo) -> str:
+    """The line an item takes in a context, its text folded onto one line: "[<date>] <text>" for a leaf
+    (a unit's event times appended when they differ from the day it was said, ``_event_note``), "[<kind>
+    <date range>] <text>" for a tree node. Leaves carry no kind: the tokens go to text."""
+    text = " ".join(item.text.split())
+    if item.level == LEAF_LEVEL:
+        return f"[{render_span(item.start, item.end, zone)}{_event_note(item, zone)}] {text}"
+    return f"[{item.kind} {render_span(item.start, item.end, zone)}] {text}"
+
+
+def render_context(selected: Sequence[Scored], zone: ZoneInfo) -> str:
+    """One line per item (``render_line``), joined by line breaks."""
+    return "\n".join(render_line(item, zone) for item, _ in selected)
