@@ -125,6 +125,18 @@ class RewindingConsumer(AIOKafkaConsumer):
         await super().seek(partition, offset)
         self._order.sought(partition, offset)
 
+    async def _seek(self, partition: TP, offset: int) -> None:
+        # faust's driver calls aiokafka's seek from this thread, and aiokafka's seek deletes the
+        # partition's fetched batch while the consumer thread may be draining it: fetched_records
+        # then raises KeyError and the worker crashes (seen once in CI, two workers rebalancing).
+        # Seeking in the consumer thread, like every other call to the client, orders the two.
+        thread = self._thread
+
+        async def in_consumer_thread() -> None:
+            thread.seek(partition, offset)
+
+        await thread.call_thread(in_consumer_thread)
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         ordered = [tp for tp in self.assignment() if self._ordered(tp)]
         for tp in ordered:
