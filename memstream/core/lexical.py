@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections import Counter
 
 from memstream.core.store import SparseVector
 
-# Okapi BM25's usual parameters, as rank.bm25_scores uses them.
+# Okapi BM25's usual parameters, for the stored vectors and rank.bm25_scores alike.
 K1 = 1.2
 B = 0.75
 # The fixed average length (in content tokens) documents are normalised against. BM25 takes it from the
@@ -51,9 +52,7 @@ def encode_document(text: str, avg_length: float = AVG_LENGTH) -> SparseVector:
     """BM25's term weight without IDF, per distinct token: tf·(k1+1) / (tf + k1·(1 - b + b·len/avg))."""
     tokens = tokenize(text)
     norm = K1 * (1 - B + B * len(tokens) / avg_length)
-    counts: dict[int, int] = {}
-    for t in tokens:
-        counts[token_id(t)] = counts.get(token_id(t), 0) + 1
+    counts = Counter(map(token_id, tokens))
     return _sorted({i: tf * (K1 + 1) / (tf + norm) for i, tf in counts.items()})
 
 

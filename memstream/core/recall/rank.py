@@ -17,7 +17,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from memstream.core.dates import coarse_date, render_span
-from memstream.core.lexical import tokenize
+from memstream.core.lexical import K1, B, tokenize
 from memstream.core.recall.config import DEFAULT
 
 Complexity = Literal["simple", "hybrid", "complex"]
@@ -74,7 +74,7 @@ def plan_complexity(query: str, has_time_intent: bool) -> Complexity:
     return "simple"
 
 
-def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
+def bm25_scores(query: str, docs: Sequence[str], k1: float = K1, b: float = B) -> list[float]:
     """Okapi BM25 of ``query`` against each of ``docs`` (the corpus), normalised to [0, 1] by the max.
 
     Stop words count neither as terms nor towards a document's length. Only the query's terms are counted
