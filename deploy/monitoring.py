@@ -386,6 +386,23 @@ def rows() -> list[Row]:
                     ],
                     description="LLM down or a tenant's token budget spent: retried later, never dropped.",
                 ),
+                ts(
+                    "Consolidation in flight and queue wait by stage",
+                    [
+                        (
+                            f"sum by (stage) (memstream_consolidation_in_flight{sel()})",
+                            "{{stage}} in flight",
+                        ),
+                        (
+                            quantile(0.95, "memstream_consolidation_queue_wait_seconds", "stage"),
+                            "p95 wait {{stage}} (s)",
+                        ),
+                    ],
+                    description="Records each stage works on now (many users at once, one user's in "
+                    "order; at most twice MEMSTREAM_LLM_CONCURRENCY held per stage and worker), and how long "
+                    "a record waited from its write to its topic until its work began.",
+                    width=24,
+                ),
             ],
         ),
         Row(

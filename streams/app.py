@@ -29,6 +29,7 @@ embedded store, the user's shard).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import faust
 from faust.types import TP, EventT
@@ -51,7 +52,7 @@ from schemas.topics import (
     TopicSpec,
 )
 from streams.consumer import RewindingConsumer, TansuConsumer
-from streams.faust_adapter import ReadOffsets, batches, faust_settings, on_rebalance
+from streams.faust_adapter import ReadOffsets, batches, faust_settings, manual_acks, on_rebalance
 from streams.handlers import (
     Consolidating,
     Forgetting,
@@ -64,6 +65,7 @@ from streams.handlers import (
     Summaries,
 )
 from streams.ingest import IngestProcessor
+from streams.key_ordered import KeyOrdered
 from streams.pages import Readiness, add_pages
 from streams.publish import Publisher
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
@@ -180,20 +182,34 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         summaries = Summaries(step, consolidation.tree.handle, tree_state, publish, settings.durative_delay_s)
         retries = Retries(step, consolidation.tree.durative)
 
+        # Each stage works on many users' records at once, one user's strictly in order
+        # (streams/key_ordered.py): twice the LLM calls a worker makes at once, so that the calls
+        # stay busy while some records wait for their user's previous one or for the index.
+        at_once = 2 * settings.llm_concurrency
+
+        async def key_ordered(
+            stream: faust.StreamT, stage: str, handle: Callable[[Received], Awaitable[None]]
+        ) -> None:
+            events, ack = manual_acks(stream)
+            await KeyOrdered(stage, at_once).run(events, lambda event: handle(received(event)), ack)
+
+        async def request(r: Received) -> None:
+            await publish(await requests.request(r))
+
+        async def deferred(r: Received) -> None:
+            await publish(await retries.deferred(r))
+
         @app.agent(topic(CONSOLIDATION))
         async def consolidate(stream: faust.StreamT) -> None:
-            async for event in stream.events():
-                await publish(await requests.request(received(event)))
+            await key_ordered(stream, CONSOLIDATION.name, request)
 
         @app.agent(topic(WINDOWS))
         async def summarize(stream: faust.StreamT) -> None:
-            async for event in stream.events():
-                await summaries.window(received(event))
+            await key_ordered(stream, WINDOWS.name, summaries.window)
 
         @app.agent(topic(DEFERRED))
         async def retry_deferred(stream: faust.StreamT) -> None:
-            async for event in stream.events():
-                await publish(await retries.deferred(received(event)))
+            await key_ordered(stream, DEFERRED.name, deferred)
 
     if "index" in roles:
         indexing = Indexing(consolidation.indexer.apply, store_of, gone, processor.clock)

@@ -3,7 +3,7 @@ rebalance signals and batched streams, typed (faust's own annotations lack what 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -113,3 +113,12 @@ def batches(stream: StreamT, size: int, within: float) -> AsyncIterable[Sequence
     An agent's stream is a ``faust.Stream``, whose ``take_events`` faust's ``StreamT`` lacks."""
     assert isinstance(stream, faust.Stream)
     return stream.take_events(size, within=within)
+
+
+def manual_acks(stream: StreamT) -> tuple[AsyncIterable[EventT], Callable[[EventT], Awaitable[bool]]]:
+    """The stream's events, acknowledged only when the returned function is called with them (not
+    as the next one is read): for a stage that finishes records out of order (streams/key_ordered.py)."""
+    assert isinstance(stream, faust.Stream)  # for ``noack`` and ``events``, which ``StreamT`` lacks
+    noack = stream.noack()
+    assert isinstance(noack, faust.Stream)
+    return noack.events(), noack.ack

@@ -291,9 +291,9 @@ class Summaries:
 
 
 class Retries:
-    """[deferred], in order per partition. A record due soon is waited for in place; one due
-    later (a spent budget waits for UTC midnight) goes back to the end of its partition, so that it
-    holds up neither the records behind it (another tenant's retry) nor a stop. Due work goes back
+    """[deferred], in order per user. A record due soon is waited for in place; one due later (a
+    spent budget waits for UTC midnight) goes back to the end of its partition, so that it holds up
+    neither its stage's room (streams/key_ordered.py) nor a stop. Due work goes back
     to its topic, or, a month's durative memory, runs here."""
 
     def __init__(
@@ -312,7 +312,7 @@ class Retries:
             return deferred
         wait = deferred.not_before.timestamp() - self.step.clock()
         if wait > self.hold_s:
-            await self.step.sleep(1.0)  # paced: a partition of waiting records cycles once a second
+            await self.step.sleep(1.0)  # paced: a waiting record goes round at most once a second
             return Done(sends=sends(DEFERRED, [deferred]))
         await self.step.sleep(max(0.0, wait))
         if deferred.source_topic == DURATIVE:

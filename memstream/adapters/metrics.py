@@ -79,6 +79,17 @@ CONSOLIDATIONS = Counter(
     "(done, nothing to write, deferred, invalid)",
     ["trigger", "outcome"],
 )
+CONSOLIDATION_IN_FLIGHT = Gauge(
+    "memstream_consolidation_in_flight",
+    "Records a consolidation stage (consolidation, windows, deferred) works on now, one per user at most",
+    ["stage"],
+)
+CONSOLIDATION_QUEUE_WAIT = Histogram(
+    "memstream_consolidation_queue_wait_seconds",
+    "Time from a record's write to its topic until its consolidation stage starts on it",
+    ["stage"],
+    buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
 MEMORY_UPDATES = Counter(
     "memstream_memory_updates", "Memory updates published to memory.updates", ["op", "kind"]
 )

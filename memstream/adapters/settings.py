@@ -97,7 +97,12 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(4, ge=0, description="retries on 429/5xx/timeouts before deferring")
     llm_backoff_base_s: float = Field(0.5, gt=0, description="first retry delay (exponential, full jitter)")
     llm_backoff_max_s: float = Field(30.0, gt=0, description="largest retry delay")
-    llm_concurrency: int = Field(4, ge=1, description="LLM calls in flight at once, per worker")
+    llm_concurrency: int = Field(
+        8,
+        ge=1,
+        description="LLM calls in flight at once, per worker; each consolidation stage also works on up to "
+        "twice as many records at once (many users', one user's in order)",
+    )
     llm_daily_token_budget: int = Field(
         0, ge=0, description="tokens per tenant per UTC day, per worker (0 = unlimited); spent = deferred"
     )

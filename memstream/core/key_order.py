@@ -1,0 +1,90 @@
+"""Key-ordered concurrency, as plain data: what Confluent's Parallel Consumer calls KEY ordering.
+
+Records of different keys (users) run at once; the records of one key run strictly one after the
+other, in the order they arrived; and a partition's records are released (acknowledged, so their
+offsets become committable) only in offset order, each once it and every record before it on its
+partition are done. A crash therefore redelivers from the first record not yet done and never skips
+one: records done behind it run again, which consolidation already makes harmless (the same ids,
+docs/reliability.md). Parallel Consumer tracks completed offsets the same way and also encodes the
+done ones beyond the first gap in the commit's metadata; that saves the re-runs and needs a
+consumer of its own, so it is not done here.
+
+The shell that runs a stream through this: streams/key_ordered.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Entry(Generic[T]):
+    """One record taken from its partition, until it is released."""
+
+    partition: int
+    offset: int
+    key: bytes
+    item: T
+    done: bool = False
+
+
+@dataclass
+class Finished(Generic[T]):
+    """What finishing a record allows: the next record of its key to start, and the records now
+    released (every one done, in offset order, each partition's a prefix of what it delivered)."""
+
+    start: Entry[T] | None
+    released: list[Entry[T]] = field(default_factory=list)
+
+
+class KeyOrder(Generic[T]):
+    """The records taken and not yet released, by partition (offset order) and by key (the
+    running one first, then those waiting behind it)."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[int, deque[Entry[T]]] = {}
+        self._keys: dict[bytes, deque[Entry[T]]] = {}
+        self._held = 0
+
+    def __len__(self) -> int:
+        """Records taken and not yet released."""
+        return self._held
+
+    def running(self) -> int:
+        """Records started and not yet done: one per key at most."""
+        return len(self._keys)
+
+    def add(self, partition: int, offset: int, key: bytes, item: T) -> Entry[T] | None:
+        """Take a record, as its partition delivers it (offsets increasing). Returns its entry when
+        it may start now: no earlier record of its key is still to finish."""
+        queue = self._partitions.setdefault(partition, deque())
+        if queue and offset <= queue[-1].offset:
+            raise ValueError(f"partition {partition}: offset {offset} after {queue[-1].offset}")
+        entry = Entry(partition, offset, key, item)
+        queue.append(entry)
+        self._held += 1
+        mine = self._keys.setdefault(key, deque())
+        mine.append(entry)
+        return entry if len(mine) == 1 else None
+
+    def finish(self, entry: Entry[T]) -> Finished[T]:
+        """Mark a started record done."""
+        mine = self._keys.get(entry.key)
+        if not mine or mine[0] is not entry or entry.done:
+            raise ValueError(f"{entry.partition}/{entry.offset} is not running")
+        entry.done = True
+        mine.popleft()
+        if not mine:
+            del self._keys[entry.key]
+        released: list[Entry[T]] = []
+        queue = self._partitions[entry.partition]
+        while queue and queue[0].done:
+            released.append(queue.popleft())
+        if not queue:
+            del self._partitions[entry.partition]
+        self._held -= len(released)
+        return Finished(mine[0] if mine else None, released)
