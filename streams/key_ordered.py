@@ -18,7 +18,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from faust.types import EventT
 
 from memstream.adapters import metrics
-from memstream.core.key_order import Entry, KeyOrder
+from memstream.core.key_order import Again, Entry, KeyOrder
 
 Handle = Callable[[EventT], Awaitable[None]]
 Ack = Callable[[EventT], Awaitable[object]]
@@ -53,7 +53,8 @@ class KeyOrdered:
                     in_flight.dec()
                 finished = order.finish(entry)
                 for released in finished.released:
-                    await ack(released.item)
+                    for copy in (released.item, *released.copies):
+                        await ack(copy)
                     room.release()
                 entry = finished.start
 
@@ -66,6 +67,10 @@ class KeyOrdered:
                 except StopAsyncIteration:
                     break
                 msg = event.message
-                first = order.add(msg.partition, msg.offset, msg.key or b"", event)
-                if first is not None:
-                    tasks.create_task(work(first))
+                taken = order.add(msg.partition, msg.offset, msg.key or b"", event)
+                if isinstance(taken, Entry):
+                    tasks.create_task(work(taken))
+                elif taken is not None:  # delivered again after a seek back: it holds no room
+                    room.release()
+                    if taken is Again.RELEASED:
+                        await ack(event)  # done before; a held one is acknowledged with its first

@@ -7,68 +7,92 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstream.core.key_order import Entry, KeyOrder
+from memstream.core.key_order import Again, Entry, KeyOrder
 
 Record = tuple[int, bytes]  # partition, key
 
 records = st.lists(st.tuples(st.integers(0, 2), st.sampled_from([b"a", b"b", b"c", b"d"])), max_size=40)
-# Each step: take the next record (None), or finish the i-th running record (modulo how many run).
-steps = st.lists(st.one_of(st.none(), st.integers(0, 50)), max_size=200)
+# Each step: take the next record (None); finish the i-th running record (an int, modulo how many
+# run); or deliver a partition's records again from an earlier offset, as a seek back does (a pair).
+steps = st.lists(
+    st.one_of(st.none(), st.integers(0, 50), st.tuples(st.integers(0, 2), st.integers(0, 40))), max_size=200
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(records, steps)
 def test_any_interleaving_keeps_each_users_order_and_commits_only_done_prefixes(
-    delivered: list[Record], schedule: list[int | None]
+    delivered: list[Record], schedule: list[int | tuple[int, int] | None]
 ) -> None:
     order: KeyOrder[int] = KeyOrder()
     next_offset = {p: 0 for p in range(3)}
     added: dict[int, list[int]] = {p: [] for p in range(3)}  # offsets each partition delivered
-    arrived: dict[bytes, list[int]] = {}  # per key, the records (by index) in arrival order
-    started: dict[bytes, list[int]] = {}
+    keys: dict[tuple[int, int], bytes] = {}
+    arrived: dict[bytes, list[tuple[int, int]]] = {}  # per key, its records in arrival order
+    started: dict[bytes, list[tuple[int, int]]] = {}
     released: dict[int, list[int]] = {p: [] for p in range(3)}
+    acked_copies: list[tuple[int, int]] = []
     running: list[Entry[int]] = []
     unfinished: set[tuple[int, int]] = set()
-    pending = list(enumerate(delivered))
+    done: set[tuple[int, int]] = set()
+    pending = list(delivered)
+    again: list[tuple[int, int]] = []  # records delivered again, in front of the new ones
 
     def take() -> None:
-        index, (partition, key) = pending.pop(0)
-        offset = next_offset[partition]
-        next_offset[partition] += 1
-        added[partition].append(offset)
-        arrived.setdefault(key, []).append(index)
-        unfinished.add((partition, offset))
-        entry = order.add(partition, offset, key, index)
-        if entry is not None:
-            start(entry)
+        if again:
+            partition, offset = again.pop(0)
+            key = keys[(partition, offset)]
+        else:
+            partition, key = pending.pop(0)
+            offset = next_offset[partition]
+            next_offset[partition] += 1
+            added[partition].append(offset)
+            keys[(partition, offset)] = key
+            arrived.setdefault(key, []).append((partition, offset))
+            unfinished.add((partition, offset))
+        taken = order.add(partition, offset, key, offset)
+        if taken is Again.RELEASED:
+            assert (partition, offset) in done  # acknowledged at once only when done before
+            acked_copies.append((partition, offset))
+        elif isinstance(taken, Entry):
+            start(taken)
 
     def start(entry: Entry[int]) -> None:
         assert all(r.key != entry.key for r in running), "two records of one key at once"
-        started.setdefault(entry.key, []).append(entry.item)
+        started.setdefault(entry.key, []).append((entry.partition, entry.offset))
         running.append(entry)
 
     def finish(i: int) -> None:
         entry = running.pop(i % len(running))
         unfinished.discard((entry.partition, entry.offset))
+        done.add((entry.partition, entry.offset))
         result = order.finish(entry)
         for r in result.released:
             assert r.done
             released[r.partition].append(r.offset)
+            acked_copies.extend((r.partition, c) for c in r.copies)
         if result.start is not None:
             start(result.start)
 
     for step in schedule:
-        if step is None and pending:
+        if isinstance(step, tuple):
+            partition, back = step
+            again.extend(
+                (partition, o) for o in range(max(0, next_offset[partition] - back), next_offset[partition])
+            )
+        elif step is None and (pending or again):
             take()
         elif running:
             finish(step or 0)
         check(added, released, unfinished)
-    while pending or running:
-        take() if pending else finish(0)
+    while pending or again or running:
+        take() if pending or again else finish(0)
         check(added, released, unfinished)
 
-    assert started == arrived  # every key's records started, in arrival order
+    # every key's records started once each, in arrival order, whatever was delivered again
+    assert started == arrived
     assert released == added  # everything released, each partition in offset order
+    assert all(c in done for c in acked_copies)  # a copy is acknowledged only once its record is done
     assert len(order) == 0 and order.running() == 0
 
 
@@ -98,12 +122,13 @@ def test_a_later_record_of_the_same_key_waits_and_other_keys_do_not() -> None:
     assert len(order) == 0
 
 
-def test_misuse_is_refused() -> None:
+def test_a_record_delivered_again_never_runs_twice_and_finishing_twice_is_refused() -> None:
     order: KeyOrder[str] = KeyOrder()
     entry = order.add(0, 5, b"k", "x")
     assert entry is not None
-    with pytest.raises(ValueError, match="offset 5 after 5"):
-        order.add(0, 5, b"j", "redelivered")
-    order.finish(entry)
+    assert order.add(0, 5, b"k", "delivered again") is Again.HELD
+    done = order.finish(entry)
+    assert [(e.offset, e.copies) for e in done.released] == [(5, ["delivered again"])]
+    assert order.add(0, 5, b"k", "and again") is Again.RELEASED
     with pytest.raises(ValueError, match="not running"):
         order.finish(entry)

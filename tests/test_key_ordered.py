@@ -130,3 +130,25 @@ async def test_a_failing_record_fails_the_stage_and_is_not_acknowledged() -> Non
 def test_a_stage_must_hold_a_record() -> None:
     with pytest.raises(ValueError, match="hold one record"):
         KeyOrdered("test", 0)
+
+
+async def test_a_record_delivered_again_after_a_seek_back_runs_once_and_is_acknowledged_with_it() -> None:
+    gate = asyncio.Event()
+    ran: list[int] = []
+    acked: list[tuple[int, int]] = []
+
+    async def handle(event: Any) -> None:
+        ran.append(event.message.offset)
+        if event.message.offset == 0:
+            await gate.wait()
+
+    # offsets 0 and 1, then both again (a seek back to the committed offset 0), then 2
+    records = [*events(b"a", b"b"), *events(b"a", b"b"), Event(Message(0, 2, b"c"))]
+    task = asyncio.create_task(run(KeyOrdered("test", 8), Source(records), handle, acked))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert acked == []  # offset 0 still runs: neither it nor its copy is acknowledged
+    gate.set()
+    await task
+    assert sorted(ran) == [0, 1, 2]  # each record ran once
+    assert acked == [(0, 0), (0, 0), (0, 1), (0, 1), (0, 2)]

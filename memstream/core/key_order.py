@@ -9,6 +9,11 @@ docs/reliability.md). Parallel Consumer tracks completed offsets the same way an
 done ones beyond the first gap in the commit's metadata; that saves the re-runs and needs a
 consumer of its own, so it is not done here.
 
+A partition may deliver a record again after a seek back (streams/delivery.py rewinds to the
+committed offset when faust empties its queues). A copy of a record still held is acknowledged with
+it, never before it (that would let the commit pass it); a copy of one already released was done and
+is acknowledged at once. Neither runs twice at the same time.
+
 The shell that runs a stream through this: streams/key_ordered.py.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -30,6 +36,14 @@ class Entry(Generic[T]):
     key: bytes
     item: T
     done: bool = False
+    copies: list[T] = field(default_factory=list)  # the same record delivered again meanwhile
+
+
+class Again(Enum):
+    """A record delivered again: held (acknowledged with the first), or released (done before)."""
+
+    HELD = "held"
+    RELEASED = "released"
 
 
 @dataclass
@@ -48,6 +62,7 @@ class KeyOrder(Generic[T]):
     def __init__(self) -> None:
         self._partitions: dict[int, deque[Entry[T]]] = {}
         self._keys: dict[bytes, deque[Entry[T]]] = {}
+        self._next: dict[int, int] = {}  # per partition, the offset after the last one taken
         self._held = 0
 
     def __len__(self) -> int:
@@ -58,14 +73,19 @@ class KeyOrder(Generic[T]):
         """Records started and not yet done: one per key at most."""
         return len(self._keys)
 
-    def add(self, partition: int, offset: int, key: bytes, item: T) -> Entry[T] | None:
-        """Take a record, as its partition delivers it (offsets increasing). Returns its entry when
-        it may start now: no earlier record of its key is still to finish."""
-        queue = self._partitions.setdefault(partition, deque())
-        if queue and offset <= queue[-1].offset:
-            raise ValueError(f"partition {partition}: offset {offset} after {queue[-1].offset}")
+    def add(self, partition: int, offset: int, key: bytes, item: T) -> Entry[T] | Again | None:
+        """Take a record as its partition delivers it. Returns its entry when it may start now (no
+        earlier record of its key is still to finish), None when it waits behind its key, or
+        ``Again`` when it was taken before."""
+        if offset < self._next.get(partition, 0):
+            held = next((e for e in self._partitions.get(partition, ()) if e.offset == offset), None)
+            if held is None:  # released: every taken offset below the first held one is
+                return Again.RELEASED
+            held.copies.append(item)
+            return Again.HELD
+        self._next[partition] = offset + 1
         entry = Entry(partition, offset, key, item)
-        queue.append(entry)
+        self._partitions.setdefault(partition, deque()).append(entry)
         self._held += 1
         mine = self._keys.setdefault(key, deque())
         mine.append(entry)
