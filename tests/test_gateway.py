@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -196,8 +197,9 @@ def test_recall_returns_the_users_dated_memories_with_provenance(
             and set(item["source_turn_ids"]) <= set(item["covers_turn_ids"]) <= acme_ids
         )
         assert item["dialogue_time"] and item["event_start"]
-    assert len(body["context"].splitlines()) == len(body["items"])
-    assert "2025" in body["context"]  # every line is dated
+    headers = [line for line in body["context"].splitlines() if re.fullmatch(r"\[[^\]]*\]", line)]
+    assert len(body["context"].splitlines()) == len(body["items"]) + len(headers)  # leaves under their day
+    assert "2025" in body["context"]  # dated
 
     with gateway.client() as c:
         leaves = c.post("/v1/recall", json={"user_id": USER, "query": "moving", "levels": [1]}).json()

@@ -16,7 +16,10 @@ from memstream.core.recall.rank import (
     Scored,
     ancestor_ids,
     bm25_scores,
+    charged_tokens,
+    day_header,
     drop_phatic,
+    header_tokens,
     keep_valid,
     leaf_scores,
     line_tokens,
@@ -196,13 +199,18 @@ def test_ancestor_ids_walk_up_and_survive_missing_parents_and_cycles() -> None:
 
 
 def sized(id: str, kind: str = "unit", size: int = 10, **kw: object) -> Item:
-    """An item whose rendered line costs ``size`` tokens in the context (prefix and line break included)."""
+    """An item whose rendered line costs ``size`` tokens in the context (a node's prefix and the line
+    break included; a leaf's day header is charged apart, ``DAY``)."""
     bare = item(id, kind, "", **kw)  # type: ignore[arg-type]
     overhead = len(render_line(bare, UTC_ZONE)) + 1
-    assert 4 * size >= overhead, "too small for its [kind date] prefix"
+    assert 4 * size >= overhead, "too small for its [kind date] prefix or note"
     sized_item = item(id, kind, "x" * (4 * size - overhead), **kw)  # type: ignore[arg-type]
     assert line_tokens(sized_item, UTC_ZONE) == size
     return sized_item
+
+
+# The header line "[8 May 2023]" that the leaves said at T0 share: charged once, with the first of them.
+DAY = header_tokens(day_header(item("h"), UTC_ZONE))
 
 
 def costs(scored: list[Scored]) -> int:
@@ -216,7 +224,7 @@ def ids(scored: list[Scored]) -> list[str]:
 def test_select_takes_leaves_in_score_order_when_no_node_is_worth_more() -> None:
     session = sized("s", "session", 50)
     leaves = [(sized(f"u{n}", parent="s"), 1.0 - n / 10) for n in range(4)]
-    out = select(leaves, {"s": session}, budget_tokens=30, activated=3, zone=UTC_ZONE)
+    out = select(leaves, {"s": session}, budget_tokens=30 + DAY, activated=3, zone=UTC_ZONE)
     # u0..u2 gain 0.3, 0.2, 0.1 over u3 (the best leaf left out); the session (50 tokens) would stand for
     # what does not fit, but does not fit itself.
     assert ids(out) == ["u0", "u1", "u2"]
@@ -228,9 +236,9 @@ def test_select_prefers_a_summary_of_many_relevant_leaves_that_do_not_fit() -> N
     session = sized("s", "session", 20)
     relevant = [(sized(f"u{n}", parent="s"), 0.9 - n / 100) for n in range(10)]
     noise = [(sized(f"n{n}"), 0.1) for n in range(5)]
-    out = select([*relevant, *noise], {"s": session}, budget_tokens=40, activated=10, zone=UTC_ZONE)
+    out = select([*relevant, *noise], {"s": session}, budget_tokens=40 + DAY, activated=10, zone=UTC_ZONE)
     assert "s" in ids(out)
-    assert costs(out) <= 40
+    assert costs(out) <= 40 + DAY
     assert ids(out)[0] == "s" and ids(out)[1:] == ["u0", "u1"]
     score = dict((i.id, s) for i, s in out)["s"]
     assert score == pytest.approx(0.9 * DEFAULT.level_decay)  # the best activated leaf below it, one level up
@@ -241,7 +249,7 @@ def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None
     by_id = {k: sized(k, v.kind, 10, parent=v.parent_id) for k, v in by_id.items()}  # 10 tokens each
     leaves = [(sized("u1", parent="s1", size=30), 0.9), (sized("u2", parent="s2", size=30), 0.8)]
     leaves += [(sized(f"n{n}", size=5), 0.1) for n in range(3)]
-    out = select(leaves, by_id, budget_tokens=25, activated=2, zone=UTC_ZONE)
+    out = select(leaves, by_id, budget_tokens=25 + DAY, activated=2, zone=UTC_ZONE)
     # The units (30 tokens) cannot fit. The day, week and profile each stand for both (gains 0.8 and 0.7
     # over the best leaf left out) at 10 tokens; the smallest id wins the tie. Once it is kept no other node
     # stands for anything, and the small leaves fill the rest.
@@ -250,7 +258,7 @@ def test_select_does_not_keep_a_node_for_leaves_a_kept_node_stands_for() -> None
 
 def test_select_puts_items_inside_the_asked_time_first() -> None:
     leaves = [(sized("out"), 0.9), (sized("in1"), 0.2), (sized("in2"), 0.1)]
-    out = select(leaves, {}, budget_tokens=20, inside=lambda i: i.id.startswith("in"), zone=UTC_ZONE)
+    out = select(leaves, {}, budget_tokens=20 + DAY, inside=lambda i: i.id.startswith("in"), zone=UTC_ZONE)
     assert ids(out) == ["in1", "in2"]
 
 
@@ -335,11 +343,30 @@ def test_render_context_formats_dates_in_the_zone() -> None:
     assert text.splitlines() == [
         "[week 1 May 2023 – 7 May 2023] A busy week.",
         "[session 8 May 2023] Chat.",
-        "[8 May 2023] I adopted a cat.",
+        "[8 May 2023]",
+        "I adopted a cat.",
     ]
     late = item("l", start=datetime(2023, 5, 8, 23, 30, tzinfo=UTC))  # already 9 May in Lisbon
-    assert render_context([(late, 0.0)], zone) == "[9 May 2023] x"
+    assert render_context([(late, 0.0)], zone) == "[9 May 2023]\nx"
     assert render_context([], zone) == ""
+
+
+def test_the_leaves_of_a_day_share_one_header_where_the_first_of_them_stands() -> None:
+    day = timedelta(days=1)
+    a, b = item("a", text="First.", start=T0), item("b", text="Second.", start=T0 + timedelta(hours=2))
+    c = item("c", "fact", "Holds.", start=T0 + day)
+    session = item("s", "session", "Chat.", start=T0)
+    # b is rendered under a's header though c comes between them: one header per day, whatever the order.
+    text = render_context([(session, 0.5), (a, 0.9), (c, 0.8), (b, 0.7)], UTC_ZONE)
+    assert text.splitlines() == [
+        "[session 8 May 2023] Chat.",
+        "[8 May 2023]",
+        "First.",
+        "Second.",
+        "[9 May 2023]",
+        "Holds.",
+    ]
+    assert tokens(text) <= charged_tokens([(session, 0.5), (a, 0.9), (c, 0.8), (b, 0.7)], UTC_ZONE)
 
 
 # --- properties ------------------------------------------------------------------------------------------
@@ -403,10 +430,13 @@ def test_the_rendered_context_never_exceeds_the_budget(
     context = render_context(order(out), zone)
     assert tokens(context) <= max(budget, 0)
     assert costs_in(out, zone) <= max(budget, 0)  # what select charged, which bounds the context
+    assert tokens(render_context(out, zone)) <= costs_in(out, zone)  # in any order
+    headers = [line for line in context.splitlines() if line.startswith("[") and line.endswith("]")]
+    assert len(headers) == len(set(headers))  # one header per day
 
 
 def costs_in(scored: list[Scored], zone: ZoneInfo) -> int:
-    return sum(line_tokens(i, zone) for i, _ in scored)
+    return charged_tokens(scored, zone)
 
 
 @given(scored_items(), st.integers(-5, 400), st.integers(0, 12))
@@ -419,24 +449,31 @@ def test_select_returns_each_item_once_and_only_known_items(
     assert {i.id for i, _ in out} <= {i.id for i, _ in linked} | set(nodes)
 
 
-def test_an_item_costs_its_rendered_line_and_line_break() -> None:
+def test_a_leaf_costs_its_line_and_its_days_header_once() -> None:
     unit = item("u", text="I adopted\na cat.", start=datetime(2023, 5, 8, 9, 30, tzinfo=UTC))
-    line = "[8 May 2023] I adopted a cat."  # 29 characters, and the line break: 30 -> 8 tokens
-    assert render_line(unit, UTC_ZONE) == line
-    assert line_tokens(unit, UTC_ZONE) == 8
-    # A budget that holds the text alone (4 tokens) but not the line does not take it.
-    assert select([(unit, 1.0)], {}, 7, zone=UTC_ZONE) == []
-    assert select([(unit, 1.0)], {}, 8, zone=UTC_ZONE) == [(unit, 1.0)]
+    assert day_header(unit, UTC_ZONE) == "[8 May 2023]"  # 12 characters and the break: 4 tokens
+    assert render_line(unit, UTC_ZONE) == "I adopted a cat."  # 16 characters and the break: 5 tokens
+    assert line_tokens(unit, UTC_ZONE) == 5 and DAY == 4
+    # A budget that holds the line alone but not its header does not take it.
+    assert select([(unit, 1.0)], {}, 8, zone=UTC_ZONE) == []
+    assert select([(unit, 1.0)], {}, 9, zone=UTC_ZONE) == [(unit, 1.0)]
+    # A second leaf of the same day costs its line only; one of another day pays its own header.
+    same_day = item("v", text="I adopted a dog.", start=datetime(2023, 5, 8, 11, 0, tzinfo=UTC))
+    next_day = item("w", text="I adopted a rat.", start=datetime(2023, 5, 9, 11, 0, tzinfo=UTC))
+    assert ids(select([(unit, 1.0), (same_day, 0.9)], {}, 14, zone=UTC_ZONE)) == ["u", "v"]
+    assert ids(select([(unit, 1.0), (next_day, 0.9)], {}, 14, zone=UTC_ZONE)) == ["u"]
+    assert ids(select([(unit, 1.0), (next_day, 0.9)], {}, 18, zone=UTC_ZONE)) == ["u", "w"]
 
 
 def test_line_breaks_between_items_are_charged() -> None:
-    # Lines of exactly 20 characters (5 tokens each): two of them and the break between are 41 characters,
-    # 11 tokens, so a budget of 10 holds one.
-    a, b = item("a", text="abcdefg"), item("b", text="hijklmn")
-    assert len(render_line(a, UTC_ZONE)) == 20
-    out = select([(a, 1.0), (b, 0.9)], {}, 10, zone=UTC_ZONE)
+    # The header (12 characters, 3 tokens alone) and lines of 8 (2 tokens alone): counted without their
+    # breaks, both leaves would cost 7, but the context of both is 30 characters, 8 tokens. With the
+    # breaks charged (4 + 3 + 3), a budget of 7 holds one.
+    a, b = item("a", text="abcdefgh"), item("b", text="ijklmnop")
+    out = select([(a, 1.0), (b, 0.9)], {}, 7, zone=UTC_ZONE)
     assert ids(out) == ["a"]
-    assert tokens(render_context([(a, 1.0), (b, 0.9)], UTC_ZONE)) == 11
+    assert tokens(render_context(out, UTC_ZONE)) == 6
+    assert tokens(render_context([(a, 1.0), (b, 0.9)], UTC_ZONE)) == 8
 
 
 def test_phatic_units_state_fewer_than_three_content_words() -> None:
@@ -455,11 +492,12 @@ def test_a_units_event_time_is_rendered_when_it_is_not_the_day_it_was_said() -> 
     last_year = (datetime(2022, 1, 1, tzinfo=UTC), datetime(2023, 1, 1, tzinfo=UTC), "year")
     today = (datetime(2023, 5, 25, tzinfo=UTC), datetime(2023, 5, 26, tzinfo=UTC), "day")
     ran = replace(item("r", text="I ran a race last Saturday."), start=said, event_times=(saturday, today))
-    assert render_line(ran, UTC_ZONE) == "[25 May 2023; about 20 May 2023] I ran a race last Saturday."
+    assert render_line(ran, UTC_ZONE) == "I ran a race last Saturday. (about 20 May 2023)"
     old = replace(item("o", text="A trip last year."), start=said, event_times=(last_year,))
-    assert render_line(old, UTC_ZONE) == "[25 May 2023; about 2022] A trip last year."
+    assert render_line(old, UTC_ZONE) == "A trip last year. (about 2022)"
     now = replace(item("n", text="Today."), start=said, event_times=(today,))
-    assert render_line(now, UTC_ZONE) == "[25 May 2023] Today."
+    assert render_line(now, UTC_ZONE) == "Today."
+    assert render_context([(ran, 1.0)], UTC_ZONE).splitlines()[0] == "[25 May 2023]"  # the day it was said
     assert line_tokens(ran, UTC_ZONE) == tokens(render_line(ran, UTC_ZONE) + "\n")  # the note is charged
 
 

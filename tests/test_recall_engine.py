@@ -54,8 +54,9 @@ def test_recall_returns_the_users_memories_within_the_budget(store: VectorStore)
     for item, _ in result.items:
         assert set(item.source_turn_ids) <= turn_ids  # never another user's memory
     assert {i.kind for i, _ in result.items} & {"unit", "episode", "fact"}
-    assert result.context.count("\n") + 1 == len(result.items)
-    assert "[" in result.context and "20" in result.context  # every line is dated
+    days = {rank.day_header(i, ZoneInfo("UTC")) for i, _ in result.items}
+    assert result.context.count("\n") + 1 == len(result.items) + len(days)  # a header line per day
+    assert result.context.startswith("[") and "20" in result.context  # dated
 
 
 def test_by_default_only_leaves_and_no_phatic_units_are_returned(store: VectorStore) -> None:

@@ -173,8 +173,9 @@ def select(
 ) -> list[Scored]:
     """Leaves and tree nodes whose rendered lines fit ``budget_tokens``, chosen greedily by gain per token.
 
-    An item costs ``line_tokens(item, zone)``, what it adds to ``render_context(..., zone)``, so the context
-    of what is returned is never more than ``budget_tokens`` tokens (``tokens``).
+    An item costs what it adds to ``render_context(..., zone)``: its line (``line_tokens``) and, for the
+    first leaf of a day, the day's header (``header_tokens``), so the context of what is returned is never
+    more than ``budget_tokens`` tokens (``tokens``; ``charged_tokens`` adds up the costs).
 
     The top ``activated`` leaves by score gain ``score - t``, t the score of the best leaf left out. A tree
     node above activated leaves (``parent_id`` links in ``by_id``) is worth the gains of those of them not
@@ -193,8 +194,15 @@ def select(
     best = ranked[:activated]
     floor = ranked[activated][1] if len(ranked) > activated else 0.0
     gain = {item.id: max(0.0, score - floor) for item, score in best}
-    cost = {item.id: line_tokens(item, zone) for item, _ in ranked}  # leaves; nodes: node_cost
-    leaf_cost = max(1.0, sum(cost[item.id] for item, _ in best) / len(best)) if best else 1.0
+    cost = {item.id: line_tokens(item, zone) for item, _ in ranked}  # leaves' lines; nodes: node_cost
+    header = {item.id: day_header(item, zone) for item, _ in ranked}
+    opened: set[str] = set()  # the days whose header the context already holds
+
+    def leaf_tokens(leaf: Item) -> int:
+        day = header[leaf.id]
+        return cost[leaf.id] + (0 if day in opened else header_tokens(day))
+
+    leaf_cost = max(1.0, sum(leaf_tokens(item) for item, _ in best) / len(best)) if best else 1.0
 
     # Which activated leaves each node stands for, and what they are worth together.
     under: dict[str, list[str]] = defaultdict(list)
@@ -229,8 +237,10 @@ def select(
     used = 0
     head = 0
     while True:
-        while head < len(queue) and used + cost[queue[head][0].id] > budget_tokens:
-            head += 1  # the budget only shrinks: what does not fit now never will
+        while head < len(queue) and used + leaf_tokens(queue[head][0]) > budget_tokens:
+            # What does not fit now never will: a leaf's cost falls by its day's header only once another
+            # leaf paid that header from the same budget.
+            head += 1
         leaf = queue[head] if head < len(queue) else None
         leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
         node: str | None = None
@@ -249,7 +259,8 @@ def select(
                 represent(leaf_id)
         elif leaf is not None:
             kept.append(leaf)
-            used += cost[leaf[0].id]
+            used += leaf_tokens(leaf[0])
+            opened.add(header[leaf[0].id])
             head += 1
             represent(leaf[0].id)
         else:
@@ -285,10 +296,22 @@ def tokens(text: str) -> int:
 
 
 def line_tokens(item: Item, zone: ZoneInfo) -> int:
-    """What ``item`` costs in a rendered context: its line and the line break after it. Every line is
-    charged a break though the last has none, and ⌈a/4⌉ + ⌈b/4⌉ ≥ ⌈(a+b)/4⌉, so the costs of the
-    selected items add up to at least ``tokens(render_context(selected, zone))``."""
+    """What ``item``'s own line costs in a rendered context (``render_line``) with the line break after
+    it; a leaf's day header is charged apart (``header_tokens``), once per day."""
     return tokens(render_line(item, zone) + "\n")
+
+
+def header_tokens(header: str) -> int:
+    """What a day's header line (``day_header``) and its line break cost."""
+    return tokens(header + "\n")
+
+
+def charged_tokens(selected: Sequence[Scored], zone: ZoneInfo) -> int:
+    """What ``select`` charges for ``selected``: every line, and the header of every day of a leaf once.
+    Every line is charged a break though the last has none, and ⌈a/4⌉ + ⌈b/4⌉ ≥ ⌈(a+b)/4⌉, so this is at
+    least ``tokens(render_context(selected, zone))`` in any order."""
+    days = {day_header(item, zone) for item, _ in selected if item.level == LEAF_LEVEL}
+    return sum(line_tokens(item, zone) for item, _ in selected) + sum(header_tokens(d) for d in days)
 
 
 def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None = None) -> list[Scored]:
@@ -300,27 +323,52 @@ def order(selected: Sequence[Scored], closeness: Callable[[Item], float] | None 
 
 
 def _event_note(item: Item, zone: ZoneInfo) -> str:
-    """The note "; about <when>" for a unit's event times that do not contain the day it was said: "I ran
-    a race last Saturday", said on 25 May, reads "[25 May 2023; about 20 May 2023]"."""
+    """The note " (about <when>)" for a unit's event times that do not contain the day it was said: "I ran
+    a race last Saturday", said on 25 May, reads "I ran a race last Saturday. (about 20 May 2023)" under
+    the header "[25 May 2023]"."""
     said = item.start.astimezone(zone).date()
     named = dict.fromkeys(
         coarse_date(start, granularity, zone)
         for start, end, granularity in item.event_times
         if not start.astimezone(zone).date() <= said < end.astimezone(zone).date()
     )
-    return f"; about {', '.join(named)}" if named else ""
+    return f" (about {', '.join(named)})" if named else ""
+
+
+def day_header(item: Item, zone: ZoneInfo) -> str:
+    """The header line a leaf is rendered under: the day (or days, for a fact that holds over a span) it
+    is about, "[8 May 2023]"."""
+    return f"[{render_span(item.start, item.end, zone)}]"
 
 
 def render_line(item: Item, zone: ZoneInfo) -> str:
-    """The line an item takes in a context, its text folded onto one line: "[<date>] <text>" for a leaf
-    (a unit's event times appended when they differ from the day it was said, ``_event_note``), "[<kind>
-    <date range>] <text>" for a tree node. Leaves carry no kind: the tokens go to text."""
+    """The line an item takes in a context, its text folded onto one line: a leaf's text under its day's
+    header (``day_header``), with a unit's event times when they differ from the day it was said
+    (``_event_note``); "[<kind> <date range>] <text>" for a tree node. Leaves carry no kind: a fact reads
+    as a statement, a unit opens with its speaker, and the tokens go to text."""
     text = " ".join(item.text.split())
     if item.level == LEAF_LEVEL:
-        return f"[{render_span(item.start, item.end, zone)}{_event_note(item, zone)}] {text}"
+        return f"{text}{_event_note(item, zone)}"
     return f"[{item.kind} {render_span(item.start, item.end, zone)}] {text}"
 
 
 def render_context(selected: Sequence[Scored], zone: ZoneInfo) -> str:
-    """One line per item (``render_line``), joined by line breaks."""
-    return "\n".join(render_line(item, zone) for item, _ in selected)
+    """One line per item (``render_line``), joined by line breaks; the leaves of one day under one header
+    line, where the first of them stands in ``selected``, in their order there.
+
+    One header per day rather than a date on every line: about a fifth of a leaf's tokens were its date,
+    and the leaves of a conversation come in runs of one day. Days keep the order of ``selected``
+    (``order``: chronological, or nearest the asked time first), so an agent reads a dated timeline and
+    the turns of one day in the order they were said."""
+    blocks: list[list[str]] = []
+    days: dict[str, list[str]] = {}
+    for item, _ in selected:
+        if item.level != LEAF_LEVEL:
+            blocks.append([render_line(item, zone)])
+            continue
+        header = day_header(item, zone)
+        if header not in days:
+            days[header] = [header]
+            blocks.append(days[header])
+        days[header].append(render_line(item, zone))
+    return "\n".join(line for block in blocks for line in block)
