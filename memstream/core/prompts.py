@@ -223,9 +223,10 @@ class AnswerOut(BaseModel):
 
 ANSWER = Prompt(
     "answer",
-    1,
-    "You answer a question about a user from their memories: dated lines, broad summaries first, then "
-    "episodes, facts and the user's own words. Reason with the dates: the question is asked on {now}; "
+    2,  # 2: the context groups lines under one date header per day ('[8 May 2023]')
+    "You answer a question about a user from their memories: lines grouped under the date they were "
+    "said ('[8 May 2023]'); a line may add when its event happened ('(about 20 May 2023)'), and a "
+    "summary line carries its own kind and date. Reason with the dates: the question is asked on {now}; "
     "resolve 'last week', 'recently' and the like against that date and the dates of the lines. Prefer "
     "the most recent memory when memories disagree. If the memories do not contain the answer, say so "
     "plainly instead of guessing.",
