@@ -397,10 +397,15 @@ def rows() -> list[Row]:
                             quantile(0.95, "memstream_consolidation_queue_wait_seconds", "stage"),
                             "p95 wait {{stage}} (s)",
                         ),
+                        (
+                            f"sum by (stage) (rate(memstream_consolidation_errors_total{sel()}[{RI}]))",
+                            "{{stage}} errors/s (tried again)",
+                        ),
                     ],
                     description="Records each stage works on now (many users at once, one user's in "
                     "order; at most twice MEMSTREAM_LLM_CONCURRENCY held per stage and worker), and how long "
-                    "a record waited from its write to its topic until its work began.",
+                    "a record waited from its write to its topic until its work began. Errors: a "
+                    "handler raised (logged); the record is tried again in place, its user waits.",
                     width=24,
                 ),
             ],

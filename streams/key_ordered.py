@@ -5,13 +5,18 @@ the first record not yet done and skips none.
 
 At most ``limit`` records are held (taken and not yet acknowledged). At the limit the stage stops
 reading its stream: faust's buffer for the stream fills and faust pauses fetching its partitions,
-so a backlog waits in Kafka, not in memory. A handler that raises cancels the others and fails the
-agent, as a handler's error did when records ran one at a time; unacknowledged records are
-delivered again."""
+so a backlog waits in Kafka, not in memory.
+
+The handlers turn every failure they know into a decision (streams/handlers.py). A record whose
+handler raises anyway (the broker unreachable while its output is published) is tried again in place,
+with backoff, logged and counted: neither skipped (acknowledging it would lose its work) nor left
+unacknowledged behind a crashed stage, where faust would wait for it forever at the next rebalance
+or stop. Its user waits meanwhile; other users go on."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
 
@@ -23,21 +28,45 @@ from memstream.core.key_order import Again, Entry, KeyOrder
 Handle = Callable[[EventT], Awaitable[None]]
 Ack = Callable[[EventT], Awaitable[object]]
 Clock = Callable[[], float]  # epoch seconds
+Sleep = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 1.0  # a failed record's first retry; doubled each time up to RETRY_MAX_S
+RETRY_MAX_S = 10.0
 
 
 class KeyOrdered:
-    def __init__(self, stage: str, limit: int, clock: Clock = time.time) -> None:
+    def __init__(
+        self, stage: str, limit: int, clock: Clock = time.time, sleep: Sleep = asyncio.sleep
+    ) -> None:
         if limit < 1:
             raise ValueError("a stage must be able to hold one record")
         self.stage = stage
         self.limit = limit
         self.clock = clock
+        self.sleep = sleep
+
+    async def until_done(self, handle: Handle, event: EventT) -> None:
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                return await handle(event)
+            except Exception:
+                msg = event.message
+                log.exception(
+                    "%s: %s/%d failed; trying it again in %.0fs", self.stage, msg.topic, msg.offset, delay
+                )
+                metrics.CONSOLIDATION_ERRORS.labels(self.stage).inc()
+            await self.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
 
     async def run(self, events: AsyncIterable[EventT], handle: Handle, ack: Ack) -> None:
         order: KeyOrder[EventT] = KeyOrder()
         room = asyncio.Semaphore(self.limit)
         in_flight = metrics.CONSOLIDATION_IN_FLIGHT.labels(self.stage)
         waited = metrics.CONSOLIDATION_QUEUE_WAIT.labels(self.stage)
+        metrics.CONSOLIDATION_ERRORS.labels(self.stage)  # exported at 0 from the start
 
         async def work(entry: Entry[EventT] | None) -> None:
             # One task per user while the user has records: each is started as the one before it
@@ -48,7 +77,7 @@ class KeyOrdered:
                     waited.observe(max(0.0, self.clock() - written))
                 in_flight.inc()
                 try:
-                    await handle(event)
+                    await self.until_done(handle, event)
                 finally:
                     in_flight.dec()
                 finished = order.finish(entry)

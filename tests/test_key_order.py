@@ -9,100 +9,84 @@ from hypothesis import strategies as st
 
 from memstream.core.key_order import Again, Entry, KeyOrder
 
-Record = tuple[int, bytes]  # partition, key
+PARTITION = {b"a": 0, b"b": 0, b"c": 1, b"d": 2}  # a key lives on one partition, as a user's records do
 
-records = st.lists(st.tuples(st.integers(0, 2), st.sampled_from([b"a", b"b", b"c", b"d"])), max_size=40)
-# Each step: take the next record (None); finish the i-th running record (an int, modulo how many
-# run); or deliver a partition's records again from an earlier offset, as a seek back does (a pair).
+keys = st.lists(st.sampled_from(sorted(PARTITION)), max_size=40)
+# Each step: deliver a partition's next record (0-2); finish the i-th running record (3 + i, modulo
+# how many run); or deliver a partition's records again from an earlier offset, as a seek back does.
 steps = st.lists(
-    st.one_of(st.none(), st.integers(0, 50), st.tuples(st.integers(0, 2), st.integers(0, 40))), max_size=200
+    st.one_of(st.integers(0, 2), st.integers(3, 60), st.tuples(st.integers(0, 2), st.integers(1, 40))),
+    max_size=200,
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(records, steps)
-def test_any_interleaving_keeps_each_users_order_and_commits_only_done_prefixes(
-    delivered: list[Record], schedule: list[int | tuple[int, int] | None]
+@settings(max_examples=400, deadline=None)
+@given(keys, steps)
+def test_any_interleaving_keeps_each_users_order_and_never_commits_past_an_unfinished_record(
+    records: list[bytes], schedule: list[int | tuple[int, int]]
 ) -> None:
-    order: KeyOrder[int] = KeyOrder()
-    next_offset = {p: 0 for p in range(3)}
-    added: dict[int, list[int]] = {p: [] for p in range(3)}  # offsets each partition delivered
-    keys: dict[tuple[int, int], bytes] = {}
-    arrived: dict[bytes, list[tuple[int, int]]] = {}  # per key, its records in arrival order
-    started: dict[bytes, list[tuple[int, int]]] = {}
-    released: dict[int, list[int]] = {p: [] for p in range(3)}
-    acked_copies: list[tuple[int, int]] = []
-    running: list[Entry[int]] = []
-    unfinished: set[tuple[int, int]] = set()
-    done: set[tuple[int, int]] = set()
-    pending = list(delivered)
-    again: list[tuple[int, int]] = []  # records delivered again, in front of the new ones
+    log: dict[int, list[bytes]] = {p: [] for p in range(3)}  # each partition's records, by offset
+    for key in records:
+        log[PARTITION[key]].append(key)
+    position = {p: 0 for p in range(3)}  # the next offset each partition delivers
+    order: KeyOrder[None] = KeyOrder()
+    running: list[Entry[None]] = []
+    done: set[tuple[int, int]] = set()  # records that ran to the end at least once
+    committed = {p: 0 for p in range(3)}  # what faust would commit: after the highest acknowledged
 
-    def take() -> None:
-        if again:
-            partition, offset = again.pop(0)
-            key = keys[(partition, offset)]
-        else:
-            partition, key = pending.pop(0)
-            offset = next_offset[partition]
-            next_offset[partition] += 1
-            added[partition].append(offset)
-            keys[(partition, offset)] = key
-            arrived.setdefault(key, []).append((partition, offset))
-            unfinished.add((partition, offset))
-        taken = order.add(partition, offset, key, offset)
+    def deliver(partition: int) -> None:
+        offset = position[partition]
+        if offset >= len(log[partition]):
+            return
+        position[partition] += 1
+        taken = order.add(partition, offset, log[partition][offset], None)
         if taken is Again.RELEASED:
-            assert (partition, offset) in done  # acknowledged at once only when done before
-            acked_copies.append((partition, offset))
+            assert (partition, offset) in done, "acknowledged at once, never done"
+            acknowledge(partition, offset)
         elif isinstance(taken, Entry):
             start(taken)
 
-    def start(entry: Entry[int]) -> None:
-        assert all(r.key != entry.key for r in running), "two records of one key at once"
-        started.setdefault(entry.key, []).append((entry.partition, entry.offset))
+    def start(entry: Entry[None]) -> None:
+        assert all(r.key != entry.key for r in running), "two records of one user at once"
+        earlier = range(entry.offset)
+        assert all((entry.partition, o) in done for o in earlier if log[entry.partition][o] == entry.key), (
+            "a user's record started before an earlier one of theirs was done"
+        )
         running.append(entry)
+
+    def acknowledge(partition: int, offset: int) -> None:
+        committed[partition] = max(committed[partition], offset + 1)
+        never_done = [o for o in range(committed[partition]) if (partition, o) not in done]
+        assert not never_done, f"committed past unfinished records {never_done}"
 
     def finish(i: int) -> None:
         entry = running.pop(i % len(running))
-        unfinished.discard((entry.partition, entry.offset))
         done.add((entry.partition, entry.offset))
         result = order.finish(entry)
         for r in result.released:
             assert r.done
-            released[r.partition].append(r.offset)
-            acked_copies.extend((r.partition, c) for c in r.copies)
+            for _ in (r.item, *r.copies):
+                acknowledge(r.partition, r.offset)
         if result.start is not None:
             start(result.start)
 
     for step in schedule:
         if isinstance(step, tuple):
             partition, back = step
-            again.extend(
-                (partition, o) for o in range(max(0, next_offset[partition] - back), next_offset[partition])
-            )
-        elif step is None and (pending or again):
-            take()
+            position[partition] = max(0, position[partition] - back)
+        elif step < 3:
+            deliver(step)
         elif running:
-            finish(step or 0)
-        check(added, released, unfinished)
-    while pending or again or running:
-        take() if pending or again else finish(0)
-        check(added, released, unfinished)
+            finish(step - 3)
+    while running or any(position[p] < len(log[p]) for p in range(3)):
+        if running:
+            finish(0)
+        else:
+            deliver(next(p for p in range(3) if position[p] < len(log[p])))
 
-    # every key's records started once each, in arrival order, whatever was delivered again
-    assert started == arrived
-    assert released == added  # everything released, each partition in offset order
-    assert all(c in done for c in acked_copies)  # a copy is acknowledged only once its record is done
+    assert done == {(p, o) for p in range(3) for o in range(len(log[p]))}  # every record ran
+    assert committed == {p: len(log[p]) for p in range(3)}  # and every offset was committed
     assert len(order) == 0 and order.running() == 0
-
-
-def check(
-    added: dict[int, list[int]], released: dict[int, list[int]], unfinished: set[tuple[int, int]]
-) -> None:
-    for partition, offsets in released.items():
-        assert offsets == added[partition][: len(offsets)]  # a prefix, in order
-        committed = offsets[-1] + 1 if offsets else 0  # the offset a commit would write
-        assert all(o >= committed for p, o in unfinished if p == partition), "committed past unfinished"
 
 
 def test_a_later_record_of_the_same_key_waits_and_other_keys_do_not() -> None:
@@ -129,6 +113,7 @@ def test_a_record_delivered_again_never_runs_twice_and_finishing_twice_is_refuse
     assert order.add(0, 5, b"k", "delivered again") is Again.HELD
     done = order.finish(entry)
     assert [(e.offset, e.copies) for e in done.released] == [(5, ["delivered again"])]
-    assert order.add(0, 5, b"k", "and again") is Again.RELEASED
+    again = order.add(0, 5, b"k", "and again")  # nothing of its partition held: taken anew, runs again
+    assert isinstance(again, Entry) and again.item == "and again"
     with pytest.raises(ValueError, match="not running"):
         order.finish(entry)

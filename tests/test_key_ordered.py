@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 
+from memstream.adapters import metrics
 from streams.key_ordered import KeyOrdered
 
 
@@ -21,6 +22,7 @@ class Message:
     offset: int
     key: bytes
     timestamp: float | None = None
+    topic: str = "consolidation"
 
 
 @dataclass
@@ -113,18 +115,31 @@ async def test_a_record_done_early_is_acknowledged_only_after_those_before_it() 
     assert acked == [(0, 0), (0, 1), (0, 2)]
 
 
-async def test_a_failing_record_fails_the_stage_and_is_not_acknowledged() -> None:
-    acked: list[tuple[int, int]] = []
+async def test_a_record_whose_handler_raises_is_tried_again_in_place_and_others_go_on() -> None:
+    attempts: dict[bytes, int] = {}
+    order_done: list[bytes] = []
+    slept: list[float] = []
 
     async def handle(event: Any) -> None:
-        if event.message.key == b"bad":
-            raise RuntimeError("boom")
-        await asyncio.sleep(0.01)
+        key = event.message.key
+        attempts[key] = attempts.get(key, 0) + 1
+        if key == b"flaky" and attempts[key] <= 3:
+            raise ConnectionError("broker unreachable")
+        order_done.append(key)
 
-    with pytest.raises(ExceptionGroup) as failed:
-        await run(KeyOrdered("test", 4), Source(events(b"ok", b"bad", b"later")), handle, acked)
-    assert failed.group_contains(RuntimeError, match="boom")
-    assert (0, 1) not in acked and (0, 2) not in acked
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(0)
+
+    errors = metrics.CONSOLIDATION_ERRORS.labels("retrying")
+    before = errors._value.get()
+    acked: list[tuple[int, int]] = []
+    stage = KeyOrdered("retrying", 4, sleep=sleep)
+    await run(stage, Source(events(b"flaky", b"other", b"flaky", b"third")), handle, acked)
+    assert attempts[b"flaky"] == 5 and order_done.index(b"other") < order_done.index(b"flaky")
+    assert slept == [1.0, 2.0, 4.0]  # backoff, doubling
+    assert errors._value.get() - before == 3
+    assert acked == [(0, 0), (0, 1), (0, 2), (0, 3)]  # nothing skipped, in offset order
 
 
 def test_a_stage_must_hold_a_record() -> None:

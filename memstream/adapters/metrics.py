@@ -90,6 +90,11 @@ CONSOLIDATION_QUEUE_WAIT = Histogram(
     ["stage"],
     buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
+CONSOLIDATION_ERRORS = Counter(
+    "memstream_consolidation_errors",
+    "Records whose consolidation handler raised (logged with the traceback); each is tried again in place",
+    ["stage"],
+)
 MEMORY_UPDATES = Counter(
     "memstream_memory_updates", "Memory updates published to memory.updates", ["op", "kind"]
 )

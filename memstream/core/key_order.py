@@ -10,9 +10,11 @@ done ones beyond the first gap in the commit's metadata; that saves the re-runs 
 consumer of its own, so it is not done here.
 
 A partition may deliver a record again after a seek back (streams/delivery.py rewinds to the
-committed offset when faust empties its queues). A copy of a record still held is acknowledged with
-it, never before it (that would let the commit pass it); a copy of one already released was done and
-is acknowledged at once. Neither runs twice at the same time.
+committed offset when faust empties its queues). While the partition has records held, a copy of
+one of them is acknowledged with it, never before it (that would let the commit pass it), and a copy
+of one released before them was done and is acknowledged at once. With nothing held (as after every
+rebalance: faust waits for all records to be acknowledged first) a record is taken as it comes, so a
+partition that starts again from a lower offset (a broker that lost its data) is read, not skipped.
 
 The shell that runs a stream through this: streams/key_ordered.py.
 """
@@ -62,7 +64,6 @@ class KeyOrder(Generic[T]):
     def __init__(self) -> None:
         self._partitions: dict[int, deque[Entry[T]]] = {}
         self._keys: dict[bytes, deque[Entry[T]]] = {}
-        self._next: dict[int, int] = {}  # per partition, the offset after the last one taken
         self._held = 0
 
     def __len__(self) -> int:
@@ -77,13 +78,13 @@ class KeyOrder(Generic[T]):
         """Take a record as its partition delivers it. Returns its entry when it may start now (no
         earlier record of its key is still to finish), None when it waits behind its key, or
         ``Again`` when it was taken before."""
-        if offset < self._next.get(partition, 0):
-            held = next((e for e in self._partitions.get(partition, ()) if e.offset == offset), None)
-            if held is None:  # released: every taken offset below the first held one is
+        queue = self._partitions.get(partition)
+        if queue and offset <= queue[-1].offset:
+            held = next((e for e in queue if e.offset == offset), None)
+            if held is None:  # below the first held offset: released (or no record was there)
                 return Again.RELEASED
             held.copies.append(item)
             return Again.HELD
-        self._next[partition] = offset + 1
         entry = Entry(partition, offset, key, item)
         self._partitions.setdefault(partition, deque()).append(entry)
         self._held += 1
