@@ -19,7 +19,8 @@ first --turns-per-user turns, interleaved turn by turn. --llm-latency S delays e
 of the test server by S seconds (``chat_delay_s``); --concurrency C sets the worker's
 ``MEMSTREAM_LLM_CONCURRENCY`` (LLM calls in flight per worker).
 
-Clocks (seconds, ``time.monotonic``, the replay starts at 0):
+Clocks (seconds, ``time.monotonic``; 0 is the start of the replay, once the worker owns every
+partition):
 
 * ``ingest_s``: until every turn is processed (the turns topic committed past the last one);
 * ``consolidation_wall_s``: from then until consolidation settled (every user's last session
@@ -89,6 +90,14 @@ def wait(check: Any, timeout: float, what: str) -> None:
     raise SystemExit(f"timed out waiting for {what}")
 
 
+def ready(settings: Settings, partitions: list[int]) -> bool:
+    """Whether the worker answers and owns ``partitions``."""
+    try:
+        return bool(fetch_status(settings).get("partitions") == partitions)
+    except OSError:
+        return False
+
+
 def run(
     records: list[RawRecord],
     data: str,
@@ -128,6 +137,9 @@ def run(
             stderr=subprocess.STDOUT,
         )
         try:
+            # The clocks start once the worker owns every partition: its start-up is no part of ingest.
+            every = list(range(settings.topic_partitions))
+            wait(lambda: ready(settings, every), 300, "the worker to own every partition")
             t0 = time.monotonic()
             report = asyncio.run(replay(settings, records, wait=True, wait_timeout=900, progress=False))
             if not report.processed:

@@ -7,7 +7,8 @@ Starts its own Tansu broker and one `memstream up` (one worker, every role), rep
 set (bench/users.py: the sample set that ``memstream sample`` writes, or the dev split, renamed
 and copied until --users users, interleaved turn by turn) and measures, on one clock:
 
-* ``ingest_s``: from the start of the replay until every turn is processed (the turns topic
+* ``ingest_s``: from the start of the replay (once the worker owns every partition) until every
+  turn is processed (the turns topic
   committed past the last one);
 * ``settle_after_ingest_s``: from then until consolidation settled: every user's last session
   window closed by idleness (``MEMSTREAM_IDLE_CLOSE_S`` is 3 s here, so that the wait measures
@@ -87,6 +88,9 @@ def run(
         broker = stack.enter_context(Broker(free_port(), work / "tansu.log"))
         settings, proc, log = start_up(broker, work, **env)
         try:
+            # The clock starts once the worker owns every partition: its start-up is no part of ingest.
+            every = list(range(settings.topic_partitions))
+            wait(lambda: fetch_status(settings)["partitions"] == every, left(), "the partitions", proc, log)
             t0 = time.monotonic()
             report = asyncio.run(replay(settings, records, wait=True, wait_timeout=left(), progress=False))
             if not report.processed:
