@@ -49,9 +49,11 @@ def many_users(
     return [r for round_ in zip_longest(*copies) for r in round_ if r is not None]
 
 
-def source_records(source: Source, data: Path) -> list[RawRecord]:
+def source_records(source: Source, data: Path | None = None) -> list[RawRecord]:
     """The conversations to copy: the LoCoMo-format file ``data``, or the sample set as
     ``memstream sample`` writes it by default (5 users, 45 days, seed 7)."""
     if source == "locomo":
+        if data is None:
+            raise ValueError("the locomo source needs a file")
         return list(read_records(data, "locomo"))
     return [RawRecord(t.key, t.to_bytes()) for t in generate()]

@@ -31,7 +31,9 @@ def test_copies_keep_each_users_turns_and_times_under_new_ids() -> None:
     for i, user in enumerate(sorted(by_user)):
         source = originals[i % len(originals)][:7]
         copy = by_user[user]
-        assert [(t.turn_id, t.ts, t.messages) for t in copy] == [(t.turn_id, t.ts, t.messages) for t in source]
+        assert [(t.turn_id, t.ts, t.messages) for t in copy] == [
+            (t.turn_id, t.ts, t.messages) for t in source
+        ]
         assert all(user in t.session_id for t in copy)
     sessions = [{t.session_id for t in ts} for ts in by_user.values()]
     assert all(a.isdisjoint(b) for i, a in enumerate(sessions) for b in sessions[i + 1 :])
