@@ -8,7 +8,7 @@ Starts a Tansu broker, the OpenAI-compatible test server (memstream/testing/open
 memstream's prompts with valid JSON built from their data: memstream/testing/chat_responder.py) and
 ``memstream up`` with its LLM pointed at that server, so every consolidation call is a real HTTP
 request with ``usage``. Replays the dataset, waits until every topic is consumed and every
-user's windows have closed by idleness, then stops and counts: LLM calls and tokens (from the
+session window has closed (the last ones by idleness), then stops and counts: LLM calls and tokens (from the
 server, cross-checked against the pipeline's counters), memories by kind, and units. The eager
 baseline is one LLM call per exchange (unit), as per-message extractors make.
 
@@ -23,8 +23,9 @@ Clocks (seconds, ``time.monotonic``; 0 is the start of the replay, once the work
 partition):
 
 * ``ingest_s``: until every turn is processed (the turns topic committed past the last one);
-* ``consolidation_wall_s``: from then until consolidation settled (every user's last session
-  window closed by idleness, then every topic after ingest committed twice in a row, polled each
+* ``consolidation_wall_s``: from then until consolidation settled (every session window closed:
+  as many closes as the set has sessions, and no sooner than the idle close, 3 s, plus one check
+  interval after ingest; then every topic after ingest committed twice in a row, polled each
   second); ``replay_to_settled_s`` (= ``elapsed_s``): from the start of the replay until settled;
 * ``llm_span_s``: from the first chat request the test server received to the end of the last one
   it served (server side). Consolidation starts while turns are still being ingested, and
@@ -72,13 +73,14 @@ from memstream.core.units import UNITS, units_spec
 
 # The repository root, for bench/users.py when run as `python bench/consolidation.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.users import Source, many_users, source_records
+from bench.users import Source, many_users, sessions, sessions_closed, source_records
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 TREE = ("session", "day", "week", "profile")
 TURNS_PER_USER = 40
+IDLE_CLOSE_S, IDLE_CHECK_S = 3, 1
 
 
 def wait(check: Any, timeout: float, what: str) -> None:
@@ -109,7 +111,7 @@ def run(
     test server answering after ``llm_latency`` s, with ``concurrency`` as its LLM concurrency
     (None: the default); the figures of the module's docstring."""
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-consolidation-"))
-    users = len({r.key for r in records})
+    users, session_count = len({r.key for r in records}), sessions(records)
     with OpenAIServer() as server, Broker(free_port(), work / "tansu.log") as broker:
         server.chat_responder = respond
         server.chat_delay_s = llm_latency
@@ -123,8 +125,8 @@ def run(
             "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LLM_BASE_URL": server.base_url,
             "MEMSTREAM_LLM_MODEL": "bench-model",
-            "MEMSTREAM_IDLE_CLOSE_S": "3",
-            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+            "MEMSTREAM_IDLE_CLOSE_S": str(IDLE_CLOSE_S),
+            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": str(IDLE_CHECK_S),
             "MEMSTREAM_DURATIVE_DELAY_S": "2",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
             **({"MEMSTREAM_LLM_CONCURRENCY": str(concurrency)} if concurrency is not None else {}),
@@ -146,11 +148,15 @@ def run(
                 raise SystemExit(f"the pipeline did not ingest the data; see {work / 'worker.log'}")
             ingested = time.monotonic()
 
-            def idle_closed() -> bool:
-                closed = fetch_status(settings).get("memstream_windows_closed", {})
-                return bool(closed.get("session/idle", 0) >= users)
-
-            wait(idle_closed, 300, "idle windows")
+            # Every session window closed (the last ones by idleness, a timer: so not before it can fire).
+            wait(
+                lambda: (
+                    time.monotonic() - ingested >= IDLE_CLOSE_S + IDLE_CHECK_S
+                    and sessions_closed(fetch_status(settings), session_count)
+                ),
+                300,
+                "every session to close",
+            )
             wait(lambda: asyncio.run(settled(settings)), 1800, "consolidation to finish")
             done = time.monotonic()
             cost = cost_report(fetch_status(settings))

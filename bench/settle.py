@@ -10,9 +10,11 @@ and copied until --users users, interleaved turn by turn) and measures, on one c
 * ``ingest_s``: from the start of the replay (once the worker owns every partition) until every
   turn is processed (the turns topic
   committed past the last one);
-* ``settle_after_ingest_s``: from then until consolidation settled: every user's last session
-  window closed by idleness (``MEMSTREAM_IDLE_CLOSE_S`` is 3 s here, so that the wait measures
-  work, not a timer), then every topic after ingest committed twice in a row
+* ``settle_after_ingest_s``: from then until consolidation settled: every session window closed
+  (as many session closes counted as the set has sessions, and at least the idle close time plus
+  one check interval after ingest: the last session of each user closes by idleness, after
+  ``MEMSTREAM_IDLE_CLOSE_S``, 3 s here so that the wait measures work, not a timer), then every
+  topic after ingest committed twice in a row
   (``memstream.adapters.kafka.settled``), polled every 0.5 s;
 * ``settle_ratio`` = ``settle_after_ingest_s`` ÷ ``ingest_s``.
 
@@ -46,7 +48,7 @@ from typing import Any
 import orjson
 
 from bench.load import start_up, stop, wait
-from bench.users import Source, many_users, source_records
+from bench.users import Source, many_users, sessions, sessions_closed, source_records
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.kafka import settled
 from memstream.apps.datasets import RawRecord
@@ -55,6 +57,7 @@ from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 
+IDLE_CLOSE_S, IDLE_CHECK_S = 3, 1
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
@@ -69,14 +72,14 @@ def run(
     server as its LLM; the figures of the module's docstring."""
     deadline = time.monotonic() + max_seconds
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    users = len({r.key for r in records})
+    users, session_count = len({r.key for r in records}), sessions(records)
     work = Path(tempfile.mkdtemp(prefix="memstream-settle-"))
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(OpenAIServer()) if llm_latency is not None else None
         env = {
             "MEMSTREAM_EMBEDDER": embedder,
-            "MEMSTREAM_IDLE_CLOSE_S": "3",
-            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+            "MEMSTREAM_IDLE_CLOSE_S": str(IDLE_CLOSE_S),
+            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": str(IDLE_CHECK_S),
             "MEMSTREAM_DURATIVE_DELAY_S": "2",
         }
         if server is not None:
@@ -97,11 +100,17 @@ def run(
                 raise SystemExit(f"the worker did not process every turn in time; see {log}")
             ingested = time.monotonic()
 
-            def idle_closed() -> bool:
-                closed = fetch_status(settings).get("memstream_windows_closed", {})
-                return bool(closed.get("session/idle", 0) >= users)
-
-            wait(idle_closed, left(), "every user's last session to close", proc, log)
+            # Every session window closed (the last ones by idleness, a timer: so not before it can fire).
+            wait(
+                lambda: (
+                    time.monotonic() - ingested >= IDLE_CLOSE_S + IDLE_CHECK_S
+                    and sessions_closed(fetch_status(settings), session_count)
+                ),
+                left(),
+                "every session to close",
+                proc,
+                log,
+            )
             windows_closed = time.monotonic()
             wait(lambda: asyncio.run(settled(settings)), left(), "consolidation to settle", proc, log)
             done = time.monotonic()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import zip_longest
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from memstream.apps.datasets import RawRecord, read_records
 from memstream.apps.sample import generate
@@ -57,3 +57,15 @@ def source_records(source: Source, data: Path | None = None) -> list[RawRecord]:
             raise ValueError("the locomo source needs a file")
         return list(read_records(data, "locomo"))
     return [RawRecord(t.key, t.to_bytes()) for t in generate()]
+
+
+def sessions(records: Iterable[RawRecord]) -> int:
+    """Distinct sessions (user and session id) of ``records`` (valid turns): each ends in at least
+    one closed session window."""
+    return len({(r.key, Turn.from_bytes(r.value).session_id) for r in records})
+
+
+def sessions_closed(status: dict[str, Any], count: int) -> bool:
+    """Whether a pipeline's ``/status`` counts at least ``count`` session windows closed, for any reason."""
+    closed = status.get("memstream_windows_closed", {})
+    return sum(n for label, n in closed.items() if label.startswith("session/")) >= count

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import islice
 
-from bench.users import many_users
+from bench.users import many_users, sessions, sessions_closed
 from memstream.apps.datasets import RawRecord
 from memstream.apps.sample import generate
 from schemas.events import Turn
@@ -40,3 +40,14 @@ def test_copies_keep_each_users_turns_and_times_under_new_ids() -> None:
     # Interleaved: the first round holds every user's first turn.
     assert [t.user_id for t in turns[:5]] == ["u0000", "u0001", "u0002", "u0003", "u0004"]
     assert len(turns) == 35
+
+
+def test_sessions_are_counted_per_user_and_closed_for_any_reason() -> None:
+    sources = [RawRecord(t.key, t.to_bytes()) for t in islice(generate(users=2, days=20), 100)]
+    per_copy = len({(r.key, Turn.from_bytes(r.value).session_id) for r in sources})
+
+    assert sessions(many_users(sources, users=4)) == 2 * per_copy  # two copies of each user's sessions
+    status = {"memstream_windows_closed": {"session/idle": 3, "session/new_session": 4, "day/end": 9}}
+    assert sessions_closed(status, 7)
+    assert not sessions_closed(status, 8)  # day windows are not sessions
+    assert not sessions_closed({}, 1)
