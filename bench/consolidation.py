@@ -1,14 +1,44 @@
-"""Consolidation cost on LoCoMo: LLM calls against an eager per-exchange extractor.
+"""Consolidation cost on LoCoMo: LLM calls against an eager per-exchange extractor; and
+consolidation at volume: many users, a real answer latency, a concurrency bound.
 
     python bench/consolidation.py [--data PATH] [--embedder minilm|hash] --json
+    python bench/consolidation.py --llm-latency 1 --users 100 --concurrency 16 [--set locomo|sample] --json
 
 Starts a Tansu broker, the OpenAI-compatible test server (memstream/testing/openai_server.py, answering
 memstream's prompts with valid JSON built from their data: memstream/testing/chat_responder.py) and
 ``memstream up`` with its LLM pointed at that server, so every consolidation call is a real HTTP
 request with ``usage``. Replays the dataset, waits until every topic is consumed and every
-user's windows have closed by idleness, then stops and counts: LLM calls and tokens (from the
+session window has closed (the last ones by idleness), then stops and counts: LLM calls and tokens (from the
 server, cross-checked against the pipeline's counters), memories by kind, and units. The eager
 baseline is one LLM call per exchange (unit), as per-message extractors make.
+
+Without --users, the dataset is replayed as it is. With --users N, a many-user set is replayed
+instead (bench/users.py): the users of the dev split (--set locomo) or of the sample set that
+``memstream sample`` writes (--set sample), renamed and copied until there are N, each cut to its
+first --turns-per-user turns, interleaved turn by turn. --llm-latency S delays every chat answer
+of the test server by S seconds (``chat_delay_s``); --concurrency C sets the worker's
+``MEMSTREAM_LLM_CONCURRENCY`` (LLM calls in flight per worker).
+
+Clocks (seconds, ``time.monotonic``; 0 is the start of the replay, once the worker owns every
+partition):
+
+* ``ingest_s``: until every turn is processed (the turns topic committed past the last one);
+* ``consolidation_wall_s``: from then until consolidation settled (every session window closed:
+  as many closes as the set has sessions, and no sooner than the idle close, 3 s, plus one check
+  interval after ingest; then every topic after ingest committed twice in a row, polled each
+  second); ``replay_to_settled_s`` (= ``elapsed_s``): from the start of the replay until settled;
+* ``llm_span_s``: from the first chat request the test server received to the end of the last one
+  it served (server side). Consolidation starts while turns are still being ingested, and
+  settling adds the idle close and the polling after the last answer, so this is the LLM phase
+  itself; ``llm_first_request_s`` and ``llm_last_answer_s`` place it on the replay's clock.
+
+From the server's side too: ``llm_calls`` (answered chat requests), ``max_in_flight`` and
+``mean_in_flight`` (chat requests in flight, time-weighted over ``llm_span_s``).
+
+``volume_ratio`` = ``llm_span_s`` ÷ (``llm_calls`` × ``llm_latency_s`` ÷ ``concurrency``): the
+LLM phase against the time the calls would take if exactly ``concurrency`` were always in flight
+(1.0 is ideal; it grows as fewer run at once). ``volume_ratio_after_ingest`` uses
+``consolidation_wall_s`` instead. Both are null at zero latency.
 """
 
 from __future__ import annotations
@@ -35,19 +65,22 @@ from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.cost import cost_report
-from memstream.apps.datasets import read_records
+from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.units import UNITS, units_spec
 
-# The test server and its prompt responder live with the tests (a test double, not product code).
+# The repository root, for bench/users.py when run as `python bench/consolidation.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.users import Source, many_users, sessions, sessions_closed, source_records
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 TREE = ("session", "day", "week", "profile")
+TURNS_PER_USER = 40
+IDLE_CLOSE_S, IDLE_CHECK_S = 3, 1
 
 
 def wait(check: Any, timeout: float, what: str) -> None:
@@ -59,12 +92,29 @@ def wait(check: Any, timeout: float, what: str) -> None:
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def run(data: Path, embedder: str) -> dict[str, Any]:
+def ready(settings: Settings, partitions: list[int]) -> bool:
+    """Whether the worker answers and owns ``partitions``."""
+    try:
+        return bool(fetch_status(settings).get("partitions") == partitions)
+    except OSError:
+        return False
+
+
+def run(
+    records: list[RawRecord],
+    data: str,
+    embedder: str,
+    llm_latency: float = 0.0,
+    concurrency: int | None = None,
+) -> dict[str, Any]:
+    """Replay ``records`` (described as ``data`` in the report) through one worker whose LLM is the
+    test server answering after ``llm_latency`` s, with ``concurrency`` as its LLM concurrency
+    (None: the default); the figures of the module's docstring."""
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-consolidation-"))
-    records = list(read_records(data, "locomo"))
-    users = len({r.key for r in records})
+    users, session_count = len({r.key for r in records}), sessions(records)
     with OpenAIServer() as server, Broker(free_port(), work / "tansu.log") as broker:
         server.chat_responder = respond
+        server.chat_delay_s = llm_latency
         env = {
             **os.environ,
             "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
@@ -75,10 +125,11 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
             "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LLM_BASE_URL": server.base_url,
             "MEMSTREAM_LLM_MODEL": "bench-model",
-            "MEMSTREAM_IDLE_CLOSE_S": "3",
-            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
+            "MEMSTREAM_IDLE_CLOSE_S": str(IDLE_CLOSE_S),
+            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": str(IDLE_CHECK_S),
             "MEMSTREAM_DURATIVE_DELAY_S": "2",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
+            **({"MEMSTREAM_LLM_CONCURRENCY": str(concurrency)} if concurrency is not None else {}),
         }
         settings = Settings.from_env(env)
         proc = subprocess.Popen(
@@ -88,23 +139,34 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
             stderr=subprocess.STDOUT,
         )
         try:
-            t0 = time.perf_counter()
+            # The clocks start once the worker owns every partition: its start-up is no part of ingest.
+            every = list(range(settings.topic_partitions))
+            wait(lambda: ready(settings, every), 300, "the worker to own every partition")
+            t0 = time.monotonic()
             report = asyncio.run(replay(settings, records, wait=True, wait_timeout=900, progress=False))
             if not report.processed:
                 raise SystemExit(f"the pipeline did not ingest the data; see {work / 'worker.log'}")
+            ingested = time.monotonic()
 
-            def idle_closed() -> bool:
-                closed = fetch_status(settings).get("memstream_windows_closed", {})
-                return bool(closed.get("session/idle", 0) >= users)
-
-            wait(idle_closed, 300, "idle windows")
-            wait(lambda: asyncio.run(settled(settings)), 900, "consolidation to finish")
-            elapsed = time.perf_counter() - t0
+            # Every session window closed (the last ones by idleness, a timer: so not before it can fire).
+            wait(
+                lambda: (
+                    time.monotonic() - ingested >= IDLE_CLOSE_S + IDLE_CHECK_S
+                    and sessions_closed(fetch_status(settings), session_count)
+                ),
+                300,
+                "every session to close",
+            )
+            wait(lambda: asyncio.run(settled(settings)), 1800, "consolidation to finish")
+            done = time.monotonic()
             cost = cost_report(fetch_status(settings))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         served = dict(server.usage_totals)
+        first, last = server.first_chat_at, server.last_chat_end_at
+        llm_span, mean_in_flight = server.chat_span_s, server.mean_in_flight
+        max_in_flight = server.max_in_flight
 
     dim = make_embedder(settings).dim
     shards = open_shards(settings, [units_spec(dim), memories_spec(dim)])
@@ -114,10 +176,27 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
     )
     units = sum(s.count(UNITS) for s in stores)
     shards.close()
+    bound = settings.llm_concurrency
+    ideal = served["calls"] * llm_latency / bound  # the LLM phase if `bound` calls were always in flight
+    consolidation_wall = done - ingested
     return {
-        "data": str(data),
+        "data": data,
         "embedder": embedder,
+        "users": users,
+        "llm_latency_s": llm_latency,
+        "concurrency": bound,
         "llm_calls": served["calls"],
+        "max_in_flight": max_in_flight,
+        "mean_in_flight": round(mean_in_flight, 2),
+        "ingest_s": round(ingested - t0, 1),
+        "consolidation_wall_s": round(consolidation_wall, 1),
+        "replay_to_settled_s": round(done - t0, 1),
+        "llm_span_s": round(llm_span, 1),
+        "llm_first_request_s": round(first - t0, 1) if first is not None else None,
+        "llm_last_answer_s": round(last - t0, 1) if last is not None else None,
+        "ideal_llm_s": round(ideal, 1),
+        "volume_ratio": round(llm_span / ideal, 2) if ideal else None,
+        "volume_ratio_after_ingest": round(consolidation_wall / ideal, 2) if ideal else None,
         "eager_calls": units,
         "call_ratio": round(served["calls"] / units, 4),
         "prompt_tokens": served["prompt_tokens"],
@@ -131,7 +210,7 @@ def run(data: Path, embedder: str) -> dict[str, Any]:
         "memories_by_kind": dict(sorted(kinds.items())),
         "units": units,
         "turns": len(records),
-        "elapsed_s": round(elapsed, 1),
+        "elapsed_s": round(done - t0, 1),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} "
         f"{platform.python_version()}",
@@ -142,18 +221,65 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=LOCOMO, help="LoCoMo-format JSON (default: the dev split)")
     p.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
+    p.add_argument(
+        "--llm-latency", type=float, default=0.0, help="seconds the test server waits before each chat answer"
+    )
+    p.add_argument(
+        "--users",
+        type=int,
+        default=None,
+        help="replay a many-user set of this many users (renamed copies of --set's users), "
+        "not --data as it is",
+    )
+    p.add_argument(
+        "--set",
+        choices=["locomo", "sample"],
+        default="locomo",
+        help="with --users: copy the users of --data (locomo) or of the sample set `memstream sample` writes",
+    )
+    p.add_argument(
+        "--turns-per-user",
+        type=int,
+        default=TURNS_PER_USER,
+        help=f"with --users: each copy replays only its source user's first this many turns, in order "
+        f"(default {TURNS_PER_USER}: 100 users at 1 s latency stay within minutes; 0: all)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="MEMSTREAM_LLM_CONCURRENCY of the worker (default: its own)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args()
-    if not args.data.exists():
+    if args.llm_latency < 0 or (args.users is not None and args.users < 1) or args.turns_per_user < 0:
+        p.error("--llm-latency and --turns-per-user must not be negative, --users must be positive")
+    if args.concurrency is not None and args.concurrency < 1:
+        p.error("--concurrency must be positive")
+    if args.set == "locomo" and not args.data.exists():
         raise SystemExit(f"no data at {args.data}")
-    result = run(args.data, args.embedder)
+    source: Source = args.set
+    if args.users is None:
+        records = source_records(source, args.data)
+        data = str(args.data) if source == "locomo" else "sample"
+    else:
+        cap = args.turns_per_user or None
+        records = many_users(source_records(source, args.data), args.users, cap)
+        origin = args.data if source == "locomo" else "sample"
+        data = f"{origin} as {args.users} users, first {cap or 'all'} turns each"
+    result = run(records, data, args.embedder, args.llm_latency, args.concurrency)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:
         print(
             f"{result['llm_calls']} LLM calls vs {result['eager_calls']} eager: "
             f"ratio {result['call_ratio']:.3f}; "
-            f"{result['episodes']} episodes, {result['facts']} facts, {result['tree_nodes']} tree nodes"
+            f"{result['episodes']} episodes, {result['facts']} facts, {result['tree_nodes']} tree nodes\n"
+            f"{result['users']} users, latency {result['llm_latency_s']} s, "
+            f"concurrency {result['concurrency']}: "
+            f"in flight max {result['max_in_flight']}, mean {result['mean_in_flight']}; "
+            f"LLM phase {result['llm_span_s']} s, settled {result['consolidation_wall_s']} s after ingest "
+            f"({result['ingest_s']} s); volume ratio {result['volume_ratio']}"
         )
 
 

@@ -23,6 +23,8 @@ Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body):
   and ``server.max_in_flight`` is the most chat requests it was serving at once (a request whose
   client closed the connection, i.e. timed out, no longer counts: it is dropped from ``in_flight``
   as soon as that is seen, at the latest when the next chat request arrives).
+  ``server.mean_in_flight`` is the time-weighted mean of chat requests in flight between the first
+  chat request and the last one's end (``server.chat_span_s``, seconds; idle gaps count as 0).
   ``server.chat_tokens`` lists each answered chat call's prompt + completion tokens;
   ``server.failures_served`` counts the scripted failures by kind: ``"429"``, ``"500"``, ...,
   ``"timeout"`` (the client gave up during the delay) and ``"slow"`` (it waited and was answered).
@@ -97,6 +99,10 @@ class OpenAIServer:
         self.usage_totals = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_chat_at: float | None = None  # time.monotonic() when the first chat request arrived
+        self.last_chat_end_at: float | None = None  # ... when a chat request last stopped being served
+        self._in_flight_area = 0.0  # in_flight integrated over time (request-seconds)
+        self._in_flight_since = 0.0  # when in_flight last changed
         self.chat_tokens: list[int] = []
         self.failures_served: Counter[str] = Counter()
         self._chats: dict[int, socket.socket | None] = {}  # chat requests being served
@@ -168,19 +174,47 @@ class OpenAIServer:
         client has closed its connection (timed out) are dropped first: the client may already have
         sent the request that replaces it."""
         with self._lock:
+            now = time.monotonic()
+            if self.first_chat_at is None:
+                self.first_chat_at = self._in_flight_since = now
             for key, conn in list(self._chats.items()):
                 if conn is not None and _closed_by_peer(conn):
                     del self._chats[key]
             key = next(self._chat_ids)
             self._chats[key] = connection
-            self.in_flight = len(self._chats)
+            self._count_in_flight(now)
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return key
 
     def exit_chat(self, key: int) -> None:
         with self._lock:
+            now = time.monotonic()
             self._chats.pop(key, None)
-            self.in_flight = len(self._chats)
+            self._count_in_flight(now)
+            self.last_chat_end_at = now
+
+    def _count_in_flight(self, now: float) -> None:
+        """Set ``in_flight`` from the requests being served, integrating the old value up to ``now``
+        (the caller holds the lock)."""
+        self._in_flight_area += self.in_flight * (now - self._in_flight_since)
+        self._in_flight_since = now
+        self.in_flight = len(self._chats)
+
+    @property
+    def chat_span_s(self) -> float:
+        """Seconds from the first chat request to the end of the last one served (0 before any)."""
+        with self._lock:
+            if self.first_chat_at is None or self.last_chat_end_at is None:
+                return 0.0
+            return self.last_chat_end_at - self.first_chat_at
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Chat requests in flight, averaged over :attr:`chat_span_s` (read it once none is in flight:
+        a request still being served counts only up to its start)."""
+        span = self.chat_span_s
+        with self._lock:
+            return self._in_flight_area / span if span > 0 else 0.0
 
     def served(self, kind: str) -> None:
         with self._lock:
