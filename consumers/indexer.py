@@ -47,10 +47,21 @@ class Indexer:
         memories = list({u.memory_id: u.memory for u in run if u.memory is not None}.values())
         if not memories:
             return
-        vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in memories])
+        # A memory whose text is what the store holds keeps its vector: only its payload is
+        # rewritten. Tree nodes come back when their parent is built (same text, the parent's id
+        # added): half the tree's upserts on the sample set, and the longest texts to embed.
+        stored = {
+            h.id: h.payload.get("text") for h in store.retrieve(MEMORIES, [m.memory_id for m in memories])
+        }
+        fresh = [m for m in memories if stored.get(m.memory_id) != m.text]
+        for m in memories:
+            if stored.get(m.memory_id) == m.text:
+                store.set_payload(MEMORIES, [m.memory_id], memory_payload(m))
+        if not fresh:
+            return
+        vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in fresh])
         store.upsert(
-            MEMORIES,
-            [Point(m.memory_id, v, memory_payload(m)) for m, v in zip(memories, vectors, strict=True)],
+            MEMORIES, [Point(m.memory_id, v, memory_payload(m)) for m, v in zip(fresh, vectors, strict=True)]
         )
 
     def _invalidate(self, store: VectorStore, update: MemoryUpdate) -> None:

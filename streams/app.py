@@ -65,11 +65,13 @@ from streams.handlers import (
     Summaries,
 )
 from streams.ingest import IngestProcessor
-from streams.key_ordered import KeyOrdered
+from streams.key_ordered import HELD_PER_CALL, KeyOrdered
 from streams.pages import Readiness, add_pages
 from streams.publish import Publisher
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from streams.routing import misplaced
+
+INDEX_BATCH_WITHIN_S = 0.02
 
 
 def build_app(settings: Settings, processor: IngestProcessor, consolidation: Consolidation) -> faust.App:
@@ -183,9 +185,8 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         retries = Retries(step, consolidation.tree.durative)
 
         # Each stage works on many users' records at once, one user's strictly in order
-        # (streams/key_ordered.py): twice the LLM calls a worker makes at once, so that the calls
-        # stay busy while some records wait for their user's previous one or for the index.
-        at_once = 2 * settings.llm_concurrency
+        # (streams/key_ordered.py), holding HELD_PER_CALL records per LLM call a worker makes at once.
+        at_once = HELD_PER_CALL * settings.llm_concurrency
 
         async def key_ordered(
             stream: faust.StreamT, stage: str, handle: Callable[[Received], Awaitable[None]]
@@ -216,7 +217,10 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
         @app.agent(topic(MEMORY_UPDATES))
         async def index(stream: faust.StreamT) -> None:
-            async for events in batches(stream, settings.batch_size, settings.batch_within_s):
+            # Not the turns' batching wait: a user's next consolidation waits until its previous
+            # updates are indexed (read your writes), so this wait sits on every step of the user's
+            # chain of windows. Under load batches still fill; alone, an update goes at once.
+            async for events in batches(stream, settings.batch_size, INDEX_BATCH_WITHIN_S):
                 await publish(*await indexing.batch([received(e) for e in events]))
 
     collections = [UNITS, MEMORIES] if {"consolidate", "index"} & roles else [UNITS]

@@ -18,6 +18,7 @@ import pytest
 
 from consumers import Consolidation, build_consolidation
 from consumers.extractive import sentences
+from consumers.indexer import Indexer
 from consumers.writer import Source
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
@@ -29,7 +30,7 @@ from memstream.core.tree import covers
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.memory import Memory, MemoryKind, MemoryOp
+from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from streams.ingest import IngestProcessor
 from streams.offline import Events, consolidate_all, ingest_all
 
@@ -245,4 +246,48 @@ def test_invalidate_and_delete_are_idempotent(setup: tuple[Settings, Consolidati
     )
     asyncio.run(consolidation.indexer.apply(store, [delete, delete]))
     assert some.memory_id not in memories(store)
+    shards.close()
+
+
+def test_an_upsert_of_unchanged_text_rewrites_the_payload_without_embedding_again(tmp_path: Path) -> None:
+    class Counting(HashingEmbedder):
+        def __init__(self, dim: int) -> None:
+            super().__init__(dim)
+            self.texts: list[str] = []
+
+        def embed(self, texts: list[str]) -> Any:
+            self.texts.extend(texts)
+            return super().embed(texts)
+
+    embedder = Counting(64)
+    shards = EdgeShards(tmp_path / "store", [memories_spec(embedder.dim)])
+    store = shards.get(0)
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    node = Memory(
+        memory_id="00000000-0000-0000-0000-000000000001",
+        tenant="t",
+        user_id="u",
+        kind=MemoryKind.SESSION,
+        level=2,
+        text="Maya moved to Ghent.",
+        start=at,
+        end=at,
+        recorded_at=at,
+        writer="extractive@3",
+        extractive=True,
+    )
+    indexer = Indexer(embedder)
+
+    def upsert(m: Memory) -> None:
+        update = MemoryUpdate(
+            op=MemoryOp.UPSERT, memory_id=m.memory_id, tenant=m.tenant, user_id=m.user_id, memory=m
+        )
+        asyncio.run(indexer.apply(store, [update]))
+
+    upsert(node)
+    upsert(node.model_copy(update={"parent_id": "00000000-0000-0000-0000-000000000002"}))  # same text
+    assert embedder.texts == ["Maya moved to Ghent."]  # embedded once
+    assert memories(store)[node.memory_id].parent_id == "00000000-0000-0000-0000-000000000002"
+    upsert(node.model_copy(update={"text": "Maya lives in Ghent."}))  # new text: embedded
+    assert embedder.texts[-1] == "Maya lives in Ghent." and len(embedder.texts) == 2
     shards.close()

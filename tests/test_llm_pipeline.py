@@ -35,10 +35,14 @@ OUTAGE = 40  # chat requests answered 500 before the endpoint recovers
 GARBLED = 2  # the first facts answers are not JSON: the first answer and its repair both fail
 
 
-def garbling(body: dict[str, Any], seen: list[int] = [0]) -> str:  # noqa: B006  (a call counter)
-    if "semantic memory" in body["messages"][0]["content"] and seen[0] < GARBLED:
-        seen[0] += 1
-        return "Sure! Here are the facts: the user likes tea."
+def garbling(body: dict[str, Any], first: list[str] = []) -> str:  # noqa: B006  (remembers a request)
+    """Garbles the first facts request's answer and its repair (the repair repeats the request's
+    messages): requests of other users run at the same time, so calls are told apart by content."""
+    messages = body["messages"]
+    if "semantic memory" in messages[0]["content"]:
+        first[:] = first or [messages[1]["content"]]
+        if messages[1]["content"] == first[0] and len(messages) <= 2 + GARBLED:
+            return "Sure! Here are the facts: the user likes tea."
     return respond(body)
 
 
