@@ -403,7 +403,7 @@ def rows() -> list[Row]:
                         ),
                     ],
                     description="Records each stage works on now (many users at once, one user's in "
-                    "order; at most twice MEMSTREAM_LLM_CONCURRENCY held per stage and worker), and how long "
+                    "order; at most 8 x MEMSTREAM_LLM_CONCURRENCY held per stage and worker), and how long "
                     "a record waited from its write to its topic until its work began. Errors: a "
                     "handler raised (logged); the record is tried again in place, its user waits.",
                     width=24,

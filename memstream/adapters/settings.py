@@ -100,8 +100,8 @@ class Settings(BaseSettings):
     llm_concurrency: int = Field(
         8,
         ge=1,
-        description="LLM calls in flight at once, per worker; each consolidation stage also works on up to "
-        "twice as many records at once (many users', one user's in order)",
+        description="LLM calls in flight at once, per worker; each consolidation stage also holds up to 8 "
+        "times as many records (many users' at once, one user's in order)",
     )
     llm_daily_token_budget: int = Field(
         0, ge=0, description="tokens per tenant per UTC day, per worker (0 = unlimited); spent = deferred"
