@@ -25,8 +25,9 @@ partition):
 * ``ingest_s``: until every turn is processed (the turns topic committed past the last one);
 * ``consolidation_wall_s``: from then until consolidation settled (every session window closed:
   as many closes as the set has sessions, and no sooner than the idle close, 3 s, plus one check
-  interval after ingest; then every topic after ingest committed twice in a row, polled each
-  second); ``replay_to_settled_s`` (= ``elapsed_s``): from the start of the replay until settled;
+  interval after ingest; then every topic after ingest committed twice in a row, polled every
+  0.5 s: bench/phases.py); ``replay_to_settled_s`` (= ``elapsed_s``): from the start of the replay
+  until settled;
 * ``llm_span_s``: from the first chat request the test server received to the end of the last one
   it served (server side). Consolidation starts while turns are still being ingested, and
   settling adds the idle close and the polling after the last answer, so this is the LLM phase
@@ -44,11 +45,8 @@ LLM phase against the time the calls would take if exactly ``concurrency`` were 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,43 +59,24 @@ import orjson
 
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.embedders import make_embedder
-from memstream.adapters.kafka import settled
-from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.cost import cost_report
 from memstream.apps.datasets import RawRecord
-from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.units import UNITS, units_spec
 
 # The repository root, for bench/users.py when run as `python bench/consolidation.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.users import Source, many_users, sessions, sessions_closed, source_records
+from bench.load import start_up, stop
+from bench.phases import WORKER_ENV, replay_until_settled
+from bench.users import Source, many_users, source_records
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 TREE = ("session", "day", "week", "profile")
 TURNS_PER_USER = 40
-IDLE_CLOSE_S, IDLE_CHECK_S = 3, 1
-
-
-def wait(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(1.0)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
-def ready(settings: Settings, partitions: list[int]) -> bool:
-    """Whether the worker answers and owns ``partitions``."""
-    try:
-        return bool(fetch_status(settings).get("partitions") == partitions)
-    except OSError:
-        return False
 
 
 def run(
@@ -106,63 +85,29 @@ def run(
     embedder: str,
     llm_latency: float = 0.0,
     concurrency: int | None = None,
+    max_seconds: float = 1800.0,
 ) -> dict[str, Any]:
     """Replay ``records`` (described as ``data`` in the report) through one worker whose LLM is the
     test server answering after ``llm_latency`` s, with ``concurrency`` as its LLM concurrency
     (None: the default); the figures of the module's docstring."""
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-consolidation-"))
-    users, session_count = len({r.key for r in records}), sessions(records)
+    users = len({r.key for r in records})
     with OpenAIServer() as server, Broker(free_port(), work / "tansu.log") as broker:
         server.chat_responder = respond
         server.chat_delay_s = llm_latency
         env = {
-            **os.environ,
-            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-            "MEMSTREAM_TANSU_QUIRKS": "true",
-            "MEMSTREAM_DATA_DIR": str(work / "data"),
+            **WORKER_ENV,
             "MEMSTREAM_EMBEDDER": embedder,
-            "MEMSTREAM_METRICS_PORT": str(free_port()),
-            "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LLM_BASE_URL": server.base_url,
             "MEMSTREAM_LLM_MODEL": "bench-model",
-            "MEMSTREAM_IDLE_CLOSE_S": str(IDLE_CLOSE_S),
-            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": str(IDLE_CHECK_S),
-            "MEMSTREAM_DURATIVE_DELAY_S": "2",
-            "MEMSTREAM_LOG_LEVEL": "WARNING",
             **({"MEMSTREAM_LLM_CONCURRENCY": str(concurrency)} if concurrency is not None else {}),
         }
-        settings = Settings.from_env(env)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream.apps.cli", "up"],
-            env=env,
-            stdout=(work / "worker.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        settings, proc, log = start_up(broker, work, **env)
         try:
-            # The clocks start once the worker owns every partition: its start-up is no part of ingest.
-            every = list(range(settings.topic_partitions))
-            wait(lambda: ready(settings, every), 300, "the worker to own every partition")
-            t0 = time.monotonic()
-            report = asyncio.run(replay(settings, records, wait=True, wait_timeout=900, progress=False))
-            if not report.processed:
-                raise SystemExit(f"the pipeline did not ingest the data; see {work / 'worker.log'}")
-            ingested = time.monotonic()
-
-            # Every session window closed (the last ones by idleness, a timer: so not before it can fire).
-            wait(
-                lambda: (
-                    time.monotonic() - ingested >= IDLE_CLOSE_S + IDLE_CHECK_S
-                    and sessions_closed(fetch_status(settings), session_count)
-                ),
-                300,
-                "every session to close",
-            )
-            wait(lambda: asyncio.run(settled(settings)), 1800, "consolidation to finish")
-            done = time.monotonic()
+            phases = replay_until_settled(settings, records, proc, log, time.monotonic() + max_seconds)
             cost = cost_report(fetch_status(settings))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            stop(proc)
         served = dict(server.usage_totals)
         first, last = server.first_chat_at, server.last_chat_end_at
         llm_span, mean_in_flight = server.chat_span_s, server.mean_in_flight
@@ -178,6 +123,7 @@ def run(
     shards.close()
     bound = settings.llm_concurrency
     ideal = served["calls"] * llm_latency / bound  # the LLM phase if `bound` calls were always in flight
+    t0, ingested, done = phases.started, phases.ingested, phases.settled
     consolidation_wall = done - ingested
     return {
         "data": data,

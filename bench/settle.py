@@ -32,7 +32,6 @@ Every wait is bounded by --max-seconds; `memstream up` and the broker are stoppe
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import platform
@@ -47,17 +46,14 @@ from typing import Any
 
 import orjson
 
-from bench.load import start_up, stop, wait
-from bench.users import Source, many_users, sessions, sessions_closed, source_records
+from bench.load import start_up, stop
+from bench.phases import WORKER_ENV, replay_until_settled
+from bench.users import Source, many_users, source_records
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.kafka import settled
 from memstream.apps.datasets import RawRecord
-from memstream.apps.replay import replay
-from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 
-IDLE_CLOSE_S, IDLE_CHECK_S = 3, 1
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
@@ -70,18 +66,11 @@ def run(
 ) -> dict[str, Any]:
     """Replay ``records`` through one worker, extractive (``llm_latency`` None) or with the test
     server as its LLM; the figures of the module's docstring."""
-    deadline = time.monotonic() + max_seconds
-    left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-    users, session_count = len({r.key for r in records}), sessions(records)
+    users = len({r.key for r in records})
     work = Path(tempfile.mkdtemp(prefix="memstream-settle-"))
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(OpenAIServer()) if llm_latency is not None else None
-        env = {
-            "MEMSTREAM_EMBEDDER": embedder,
-            "MEMSTREAM_IDLE_CLOSE_S": str(IDLE_CLOSE_S),
-            "MEMSTREAM_IDLE_CHECK_INTERVAL_S": str(IDLE_CHECK_S),
-            "MEMSTREAM_DURATIVE_DELAY_S": "2",
-        }
+        env = {**WORKER_ENV, "MEMSTREAM_EMBEDDER": embedder}
         if server is not None:
             server.chat_responder = respond
             server.chat_delay_s = llm_latency or 0.0
@@ -91,33 +80,11 @@ def run(
         broker = stack.enter_context(Broker(free_port(), work / "tansu.log"))
         settings, proc, log = start_up(broker, work, **env)
         try:
-            # The clock starts once the worker owns every partition: its start-up is no part of ingest.
-            every = list(range(settings.topic_partitions))
-            wait(lambda: fetch_status(settings)["partitions"] == every, left(), "the partitions", proc, log)
-            t0 = time.monotonic()
-            report = asyncio.run(replay(settings, records, wait=True, wait_timeout=left(), progress=False))
-            if not report.processed:
-                raise SystemExit(f"the worker did not process every turn in time; see {log}")
-            ingested = time.monotonic()
-
-            # Every session window closed (the last ones by idleness, a timer: so not before it can fire).
-            wait(
-                lambda: (
-                    time.monotonic() - ingested >= IDLE_CLOSE_S + IDLE_CHECK_S
-                    and sessions_closed(fetch_status(settings), session_count)
-                ),
-                left(),
-                "every session to close",
-                proc,
-                log,
-            )
-            windows_closed = time.monotonic()
-            wait(lambda: asyncio.run(settled(settings)), left(), "consolidation to settle", proc, log)
-            done = time.monotonic()
+            phases = replay_until_settled(settings, records, proc, log, time.monotonic() + max_seconds)
         finally:
             stop(proc)
     shutil.rmtree(work, ignore_errors=True)
-    ingest, settle = ingested - t0, done - ingested
+    ingest, settle = phases.ingested - phases.started, phases.settled - phases.ingested
     result: dict[str, Any] = {
         "path": "extractive" if server is None else "llm",
         "users": users,
@@ -126,7 +93,7 @@ def run(
         "ingest_s": round(ingest, 1),
         "settle_after_ingest_s": round(settle, 1),
         "settle_ratio": round(settle / ingest, 2),
-        "windows_closed_after_ingest_s": round(windows_closed - ingested, 1),
+        "windows_closed_after_ingest_s": round(phases.windows_closed - phases.ingested, 1),
     }
     if server is not None:
         result |= {

@@ -53,10 +53,12 @@ class Indexer:
         stored = {
             h.id: h.payload.get("text") for h in store.retrieve(MEMORIES, [m.memory_id for m in memories])
         }
-        fresh = [m for m in memories if stored.get(m.memory_id) != m.text]
+        fresh = []
         for m in memories:
             if stored.get(m.memory_id) == m.text:
                 store.set_payload(MEMORIES, [m.memory_id], memory_payload(m))
+            else:
+                fresh.append(m)
         if not fresh:
             return
         vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in fresh])

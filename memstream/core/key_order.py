@@ -64,11 +64,10 @@ class KeyOrder(Generic[T]):
     def __init__(self) -> None:
         self._partitions: dict[int, deque[Entry[T]]] = {}
         self._keys: dict[bytes, deque[Entry[T]]] = {}
-        self._held = 0
 
     def __len__(self) -> int:
         """Records taken and not yet released."""
-        return self._held
+        return sum(len(queue) for queue in self._partitions.values())
 
     def running(self) -> int:
         """Records started and not yet done: one per key at most."""
@@ -87,7 +86,6 @@ class KeyOrder(Generic[T]):
             return Again.HELD
         entry = Entry(partition, offset, key, item)
         self._partitions.setdefault(partition, deque()).append(entry)
-        self._held += 1
         mine = self._keys.setdefault(key, deque())
         mine.append(entry)
         return entry if len(mine) == 1 else None
@@ -107,5 +105,4 @@ class KeyOrder(Generic[T]):
             released.append(queue.popleft())
         if not queue:
             del self._partitions[entry.partition]
-        self._held -= len(released)
         return Finished(mine[0] if mine else None, released)
