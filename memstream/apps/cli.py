@@ -140,6 +140,12 @@ def _parser() -> argparse.ArgumentParser:
         help="tenant the conversations are stored under (default %(default)r, the tenant a gateway without "
         "API keys reads)",
     )
+    lo.add_argument(
+        "--unit-views",
+        action="store_true",
+        help="prototype: score a unit by the mean of its whole-turn, best-sentence and contextual (after the "
+        "turn before it) cosines, the extra vectors computed by the eval from the raw turns",
+    )
     lo.set_defaults(func=_cmd_eval_locomo)
 
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
@@ -292,7 +298,14 @@ def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
         print(f"memstream: no such file: {args.data}", file=sys.stderr)
         return 2
     report = asyncio.run(
-        evaluate(settings, args.data, args.budget, tenant=args.tenant, progress=sys.stderr.isatty())
+        evaluate(
+            settings,
+            args.data,
+            args.budget,
+            tenant=args.tenant,
+            progress=sys.stderr.isatty(),
+            unit_views=args.unit_views,
+        )
     )
     if args.out:
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

@@ -57,8 +57,8 @@ from memstream.apps.datasets import locomo_turns, parse_locomo_time, session_num
 from memstream.apps.scoring import answer_recall, id_recall, text_recall
 from memstream.core.embedder import Embedder
 from memstream.core.memories import memories_spec
-from memstream.core.recall.config import DEFAULT, FLAT_HYBRID
-from memstream.core.recall.engine import recall
+from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, UNIT_VIEWS
+from memstream.core.recall.engine import UnitVectors, recall
 from memstream.core.recall.rank import tokens
 from memstream.core.units import render_text, units_spec
 from schemas.events import DEFAULT_TENANT, partition_key
@@ -149,7 +149,10 @@ async def evaluate(
     budgets: Sequence[int],
     tenant: str = DEFAULT_TENANT,
     progress: bool = True,
+    unit_views: bool = False,
 ) -> dict[str, Any]:
+    """``unit_views``: recall runs on ``config.UNIT_VIEWS`` with each unit's sentence and contextual vectors
+    (``_unit_vectors``, computed here from the raw turns: a prototype of what ingest would store)."""
     conversations, skipped = load(path, tenant)
     total = sum(len(c.questions) for c in conversations)
     rows: list[dict[str, Any]] = []
@@ -158,7 +161,14 @@ async def evaluate(
         embedder = make_embedder(settings)
         shards = await build_memory(settings, embedder, path, tenant)
         bar = tqdm(total=total, desc="questions", disable=not progress)
+        config = UNIT_VIEWS if unit_views else DEFAULT
+        session_of = (
+            {(t.key, t.turn_id): t.session_id for t in locomo_turns(path, tenant=tenant)}
+            if unit_views
+            else {}
+        )
         for conv in conversations:
+            views = _unit_vectors(embedder, conv, session_of) if unit_views else None
             lines = [t.line for t in conv.turns]
             position = {t.turn_id: i for i, t in enumerate(conv.turns)}
             turn_vectors = embedder.embed([t.text for t in conv.turns])
@@ -177,7 +187,8 @@ async def evaluate(
                         query=q.text,
                         now=conv.now,
                         budget_tokens=budget,
-                        config=DEFAULT,
+                        config=config,
+                        unit_vectors=views,
                     )
                     items = [item for item, _ in result.items]
                     cell: dict[str, Any] = {
@@ -234,11 +245,49 @@ async def evaluate(
         "embedder": settings.embedder,
         "writer": "llm" if settings.llm_base_url else "extractive",
         "budgets": list(budgets),
+        "unit_views": unit_views,
         "conversations": len(conversations),
         "questions": len(rows),
         "skipped_questions": skipped,
         "scores": aggregate(rows, budgets),
         "per_question": rows,
+    }
+
+
+_CAPTION = re.compile(r"\[shares a photo: ([^\]]*)\]")
+
+
+def _unit_vectors(
+    embedder: Embedder, conv: Conversation, session_of: dict[tuple[str, str], str]
+) -> dict[str, UnitVectors]:
+    """Prototype (issue 16): what ingest would store besides a unit's vector: one vector per sentence
+    ("Speaker: sentence"; a photo caption is a sentence of its own) and the unit embedded after the
+    turn before it in the same session."""
+    from consumers.extractive.sentences import split_sentences
+
+    texts = [t.text for t in conv.turns]
+    sentences: list[str] = []
+    owner: list[int] = []
+    for i, text in enumerate(texts):
+        speaker, _, content = text.partition(": ")
+        mine = [f"{speaker}: {s}" for s in split_sentences(content)]
+        mine += [f"{speaker} shares a photo: {c}" for c in _CAPTION.findall(content)]
+        for sentence in mine or [text]:
+            sentences.append(sentence)
+            owner.append(i)
+    sentence_vectors = embedder.embed(sentences)
+    session = [session_of[(conv.user_key, t.turn_id)] for t in conv.turns]
+    contextual = [
+        f"{texts[i - 1]}\n{texts[i]}" if i > 0 and session[i - 1] == session[i] else texts[i]
+        for i in range(len(texts))
+    ]
+    context_vectors = embedder.embed(contextual)
+    rows: dict[int, list[int]] = defaultdict(list)
+    for n, i in enumerate(owner):
+        rows[i].append(n)
+    return {
+        t.turn_id: UnitVectors(sentence_vectors[rows[i]], context_vectors[i])
+        for i, t in enumerate(conv.turns)
     }
 
 

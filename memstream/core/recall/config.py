@@ -21,6 +21,12 @@ class RecallConfig:
     session_candidates: int  # nearest session nodes fetched, for their children lists
     max_session_lookups: int  # activated units whose session is looked up when it was not fetched
     levels: tuple[int, ...]  # levels returned when the caller names none (1: leaves)
+    # A unit's dense score: turn_weight * its whole-turn cosine + sentence_weight * the best cosine of its
+    # sentences + context_weight * the cosine of it embedded after the turn before it; the last two need
+    # the unit's side vectors (``engine.recall``'s ``unit_vectors``), else the whole-turn cosine is kept.
+    turn_weight: float = 1.0
+    sentence_weight: float = 0.0
+    context_weight: float = 0.0
 
 
 DEFAULT = RecallConfig(
@@ -50,3 +56,10 @@ DEFAULT = RecallConfig(
 # none of recall's smoothing or filtering. The baseline reads ``lam``; recall run with this preset is the
 # same flat scoring over the store's candidates.
 FLAT_HYBRID = replace(DEFAULT, lam=0.9, neighbour_weight=0.0, min_content_words=0)
+
+# Prototype (issue 16, not yet stored at ingest): a unit's dense score as the mean of its whole-turn cosine,
+# its best sentence's cosine and its cosine embedded after the turn before it. Needs the units' side
+# vectors (``engine.recall``'s ``unit_vectors``); ``memstream eval locomo --unit-views`` computes them from
+# the raw turns. On LoCoMo dev: text +4.0 / +3.7, multi-hop text +4.1 / +7.3, answer +2.4 / +0.2 at
+# 500 / 1000 tokens, no category lower (bench run of 2026-11-25, branch wt-sent16).
+UNIT_VIEWS = replace(DEFAULT, turn_weight=1 / 3, sentence_weight=1 / 3, context_weight=1 / 3)

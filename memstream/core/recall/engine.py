@@ -6,7 +6,7 @@ Per call: two batched searches (units dense + BM25, then episodes, facts and ses
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,7 @@ def recall(
     zone: ZoneInfo | None = None,
     levels: Sequence[int] | None = None,
     config: RecallConfig = DEFAULT,
+    unit_vectors: Mapping[str, UnitVectors] | None = None,
 ) -> Recalled:
     """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
     ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
@@ -61,6 +62,8 @@ def recall(
     vector = embedder.embed([query])[0]
 
     leaves, sessions = _candidates(store, vector, query, user_key, config)
+    if unit_vectors is not None and (config.sentence_weight or config.context_weight):
+        leaves = [_rescored(leaf, vector, unit_vectors, config) for leaf in leaves]
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -90,6 +93,31 @@ def recall(
     )
     ordered = rank.order(selected, closeness)
     return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
+
+
+@dataclass(frozen=True)
+class UnitVectors:
+    """A unit's side vectors (prototype, issue 16): one per sentence ("Speaker: sentence"), and one of the
+    unit embedded after the turn before it in its session (that turn's line, then the unit's)."""
+
+    sentences: npt.NDArray[np.float32]  # (n, dim)
+    context: npt.NDArray[np.float32]  # (dim,)
+
+
+def _rescored(
+    leaf: rank.Item, vector: npt.NDArray[np.float32], views: Mapping[str, UnitVectors], config: RecallConfig
+) -> rank.Item:
+    """A unit's dense score as a mix of its whole-turn, best-sentence and contextual cosines."""
+    view = views.get(leaf.source_turn_ids[0]) if leaf.kind == "unit" else None
+    if view is None:
+        return leaf
+    best = float((view.sentences @ vector).max()) if len(view.sentences) else leaf.dense
+    dense = (
+        config.turn_weight * leaf.dense
+        + config.sentence_weight * best
+        + config.context_weight * float(view.context @ vector)
+    )
+    return replace(leaf, dense=dense)
 
 
 def _candidates(
