@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from memstream.core.embedder import Embedder
+from memstream.core.embedder import Embedder, embed_missing
 from memstream.core.memories import (
     CURRENT_FIELD,
     ID_FIELD,
@@ -18,6 +18,7 @@ from memstream.core.memories import (
     MEMORY_FIELD,
     memory_from_payload,
     memory_payload,
+    stored_vectors,
 )
 from memstream.core.store import Filter, Point, VectorStore
 from schemas.memory import MemoryOp, MemoryUpdate
@@ -61,7 +62,12 @@ class Indexer:
                 fresh.append(m)
         if not fresh:
             return
-        vectors = await asyncio.to_thread(self.embedder.embed, [m.text for m in fresh])
+        # A node that restates its only child (a tree passthrough: a day of one session, a week of one
+        # day) has the child's text, so the child's stored vector: only the others are embedded.
+        only_child = [m.children[0] if len(m.children) == 1 else None for m in fresh]
+        texts = [m.text for m in fresh]
+        reused = stored_vectors(store, only_child, texts)
+        vectors = await asyncio.to_thread(embed_missing, self.embedder, texts, reused)
         store.upsert(
             MEMORIES, [Point(m.memory_id, v, memory_payload(m)) for m, v in zip(fresh, vectors, strict=True)]
         )

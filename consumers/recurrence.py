@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from consumers.writer import EpisodeDraft, Scope, Source, Writer, memory_source, stamp, unit_source
-from memstream.core.embedder import Embedder
+from memstream.core.embedder import Embedder, embed_missing
 from memstream.core.memories import MEMORIES, current_of_user, nearest, union, upsert
 from memstream.core.store import Filter, VectorStore
 from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
@@ -41,15 +41,21 @@ class RecurrenceConsolidator:
         applied = Filter(equals={USER_FIELD: req.key, "request_ids": req.request_id})
         if store.count(MEMORIES, applied):
             return []
-        units = sorted(
-            (unit_from_payload(h.payload) for h in store.retrieve(UNITS, req.unit_ids)),
-            key=lambda u: (u.ts, u.unit_id),
+        # With their stored vectors: ingest embedded exactly these texts, so they need no embedding again.
+        found = sorted(
+            (
+                (unit_from_payload(h.payload), h.vector)
+                for h in store.retrieve(UNITS, req.unit_ids, with_vectors=True)
+            ),
+            key=lambda pair: (pair[0].ts, pair[0].unit_id),
         )
-        if not units:  # the user was forgotten in the meantime
+        if not found:  # the user was forgotten in the meantime
             return []
+        units = [u for u, _ in found]
         scope = Scope(req.tenant, req.user_id, ZoneInfo(units[-1].timezone))
         sources = [unit_source(u) for u in units]
-        vectors = await asyncio.to_thread(self.embedder.embed, [u.text for u in units])
+        stored = [v for _, v in found]
+        vectors = await asyncio.to_thread(embed_missing, self.embedder, [u.text for u in units], stored)
         centroid = _normalized(vectors.mean(axis=0))
         near = nearest(store, centroid, current_of_user(req.key, MemoryKind.EPISODE), 1)
         merge = near[0][1] if near and near[0][0] >= self.theta_sim else None

@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 from consumers.writer import Scope, Source, Writer, Written, memory_source, stamp, stamp_of, unit_source
 from memstream.core import durative
-from memstream.core.embedder import Embedder
-from memstream.core.memories import MEMORIES, in_period, memory_from_payload, union, upsert
+from memstream.core.embedder import Embedder, embed_missing
+from memstream.core.memories import MEMORIES, in_period, memory_from_payload, stored_vectors, union, upsert
 from memstream.core.store import Filter, Range, VectorStore, scroll_all
 from memstream.core.tree import TreeState, apply, hull, plan
 from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
@@ -106,7 +106,10 @@ class TreeSummarizer:
         )
         if not facts:
             return []
-        vectors = await asyncio.to_thread(self.embedder.embed, [f.text for f in facts])
+        # The indexer stored each fact with its text's vector.
+        texts = [f.text for f in facts]
+        stored = stored_vectors(store, [f.memory_id for f in facts], texts)
+        vectors = await asyncio.to_thread(embed_missing, self.embedder, texts, stored)
         labels = durative.cluster(vectors)
         month = window.start.astimezone(scope.zone).strftime("%Y-%m")
         updates: list[MemoryUpdate] = []

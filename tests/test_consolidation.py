@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -25,7 +26,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.core.store import VectorStore, scroll_all
+from memstream.core.store import Hit, VectorStore, scroll_all
 from memstream.core.tree import covers
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
@@ -249,16 +250,64 @@ def test_invalidate_and_delete_are_idempotent(setup: tuple[Settings, Consolidati
     shards.close()
 
 
+class Counting(HashingEmbedder):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.texts: list[str] = []
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.texts.extend(texts)
+        self.calls.append(list(texts))
+        return super().embed(texts)
+
+
+class VectorsLost:
+    """A store whose retrieve leaves out the vectors of ``lost`` (as an older worker's would)."""
+
+    def __init__(self, store: VectorStore, lost: set[str]) -> None:
+        self._store = store
+        self._lost = lost
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
+        hits = self._store.retrieve(collection, ids, with_vectors)
+        return [replace(h, vector=None) if h.id in self._lost else h for h in hits]
+
+
+def test_recurrence_reuses_the_stored_unit_vectors_and_embeds_only_missing_ones(tmp_path: Path) -> None:
+    """Ingest stored each unit with its text's vector: a request's units are not embedded again, a
+    unit whose vector the store does not return is, and the updates are the same either way."""
+    settings = Settings(data_dir=tmp_path, embedder="hash")
+    embedder = Counting(settings.hash_dim)
+    shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    events = ingest(settings, shards)  # the same hashing embedder, uncounted
+    store = shards.get(0)
+    recurrence = build_consolidation(settings, embedder, embedder.default_theta_sim).recurrence
+    req = max(events.requests, key=lambda r: len(r.unit_ids))
+    units = sorted(
+        (unit_from_payload(h.payload) for h in store.retrieve(UNITS, req.unit_ids)),
+        key=lambda u: (u.ts, u.unit_id),
+    )
+    assert len(units) >= 3
+
+    reused = asyncio.run(recurrence.handle(store, req))
+    assert reused and not {u.text for u in units} & set(embedder.texts)
+    lost = {u.unit_id for u in units[::2]}
+    embedder.calls.clear()
+    partly = asyncio.run(recurrence.handle(cast(VectorStore, VectorsLost(store, lost)), req))
+    assert embedder.calls[0] == [u.text for u in units if u.unit_id in lost]  # one call, those only
+    everything = {u.unit_id for u in units}
+    embedder.calls.clear()
+    embedded = asyncio.run(recurrence.handle(cast(VectorStore, VectorsLost(store, everything)), req))
+    assert embedder.calls[0] == [u.text for u in units]
+    assert reused == partly == embedded
+    shards.close()
+
+
 def test_an_upsert_of_unchanged_text_rewrites_the_payload_without_embedding_again(tmp_path: Path) -> None:
-    class Counting(HashingEmbedder):
-        def __init__(self, dim: int) -> None:
-            super().__init__(dim)
-            self.texts: list[str] = []
-
-        def embed(self, texts: list[str]) -> Any:
-            self.texts.extend(texts)
-            return super().embed(texts)
-
     embedder = Counting(64)
     shards = EdgeShards(tmp_path / "store", [memories_spec(embedder.dim)])
     store = shards.get(0)

@@ -214,6 +214,31 @@ def test_retrieve_unknown_ids_returns_nothing(store: VectorStore) -> None:
     assert store.retrieve(SPEC.name, []) == []
 
 
+def test_retrieve_with_vectors_returns_the_stored_dense_vectors(store: VectorStore) -> None:
+    """Beside a sparse vector or not, and in a dense-only collection; cosine stores them at unit length."""
+    vecs = rand_vecs(3, seed=7)
+    store.upsert(
+        SPEC.name,
+        [
+            Point(pid(0), vecs[0], {"user": "a"}, lexical.encode_document("my cousin flew to zanzibar")),
+            Point(pid(1), vecs[1], {"user": "a"}),
+        ],
+    )
+    store.ensure_collection(DENSE_ONLY)
+    store.upsert(DENSE_ONLY.name, [Point(pid(2), vecs[2], {"user": "a"})])
+    found = store.retrieve(SPEC.name, [pid(0), pid(1), pid(99)], with_vectors=True)
+    found += store.retrieve(DENSE_ONLY.name, [pid(2)], with_vectors=True)
+    assert sorted(h.id for h in found) == [pid(0), pid(1), pid(2)]
+    for h in found:
+        expected = vecs[int(uuid.UUID(h.id)) - 1]
+        assert h.vector is not None and h.vector.dtype == np.float32
+        np.testing.assert_allclose(h.vector, expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
+        assert h.payload == {"user": "a"}
+    assert all(h.vector is None for h in store.retrieve(SPEC.name, [pid(0), pid(1)]))
+    assert all(h.vector is None for h in search(store, SPEC.name, vecs[0], 2, Filter()))
+    assert store.retrieve(SPEC.name, [], with_vectors=True) == []
+
+
 def test_upsert_same_id_twice_is_one_point(store: VectorStore) -> None:
     store.upsert(SPEC.name, [Point(pid(0), unit(0), {"user": "a", "v": 1})])
     store.upsert(SPEC.name, [Point(pid(0), unit(1), {"user": "a", "v": 2})])

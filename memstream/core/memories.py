@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from memstream.core.embedder import Vectors
 from memstream.core.store import CollectionSpec, Filter, Range, SearchQuery, VectorStore
 from memstream.core.units import TENANT_FIELD, USER_FIELD
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
@@ -53,6 +54,21 @@ def memory_payload(memory: Memory) -> dict[str, Any]:
 
 def memory_from_payload(payload: dict[str, Any]) -> Memory:
     return Memory.model_validate_json(payload[MEMORY_FIELD])
+
+
+def stored_vectors(
+    store: VectorStore, ids: Sequence[str | None], texts: Sequence[str]
+) -> list[Vectors | None]:
+    """For each ``ids[i]``, the vector the store holds for that memory if its text is ``texts[i]``
+    (the indexer stores the vector of each memory's text); None where it has none or another text,
+    or the id is None."""
+    wanted = [i for i in ids if i is not None]
+    hits = {h.id: h for h in store.retrieve(MEMORIES, wanted, with_vectors=True)} if wanted else {}
+    out: list[Vectors | None] = []
+    for i, text in zip(ids, texts, strict=True):
+        hit = hits.get(i) if i is not None else None
+        out.append(hit.vector if hit is not None and hit.payload.get("text") == text else None)
+    return out
 
 
 def current_of_user(user_key: str, kind: MemoryKind) -> Filter:

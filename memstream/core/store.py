@@ -72,6 +72,9 @@ class Hit:
     id: str
     score: float  # cosine similarity
     payload: dict[str, Any]
+    # The stored dense vector, only from ``retrieve(..., with_vectors=True)``; None otherwise. Cosine
+    # collections store vectors L2-normalised, so it is the upserted vector scaled to unit length.
+    vector: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,16 @@ def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, p
             return out
 
 
+def dense_of(stored: object) -> npt.NDArray[np.float32] | None:
+    """The unnamed dense vector of a point as Qdrant returns it (Edge and qdrant-client alike): a
+    list of floats, or in a name -> vector mapping under ``""`` beside the sparse vector; None if absent."""
+    if isinstance(stored, Mapping):
+        stored = stored.get("")
+    if not isinstance(stored, list) or not stored or not isinstance(stored[0], float):
+        return None
+    return np.asarray(stored, dtype=np.float32)
+
+
 def warn_dense_only(collection: str, sparse: str) -> None:
     log.warning(
         "collection %r has no sparse vector %r (made before it had one): its searches use dense "
@@ -146,8 +159,9 @@ class VectorStore(Protocol):
 
     def upsert(self, collection: str, points: Sequence[Point]) -> None: ...
 
-    def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
-        """Points by id (score 0.0) with payload; unknown ids are left out."""
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
+        """Points by id (score 0.0) with payload, and with their dense vector where ``with_vectors``;
+        unknown ids are left out."""
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         """For each query, the top ``limit`` points by cosine among those matching its filter, plus,

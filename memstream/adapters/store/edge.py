@@ -50,6 +50,7 @@ from memstream.core.store import (
     Point,
     SearchQuery,
     SparseVector,
+    dense_of,
     warn_dense_only,
 )
 
@@ -124,11 +125,15 @@ class EdgeStore:
             edge_points = [EdgePoint(p.id, _vectors(p, sparse), p.payload) for p in points]
             self._shard(collection).update(UpdateOperation.upsert_points(edge_points))
 
-    def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
         if not ids:
             return []
-        records = self._shard(collection).retrieve(_id_list(ids), True, False)
-        return [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
+        # [""]: the unnamed dense vector only (as a list), not the sparse one beside it.
+        records = self._shard(collection).retrieve(_id_list(ids), True, [""] if with_vectors else False)
+        return [
+            Hit(str(r.id), 0.0, r.payload or {}, dense_of(r.vector) if with_vectors else None)
+            for r in records
+        ]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:

@@ -25,6 +25,7 @@ from memstream.core.store import (
     SearchQuery,
     SparseVector,
     StoreUnavailable,
+    dense_of,
     warn_dense_only,
 )
 
@@ -129,12 +130,18 @@ class QdrantServerStore:
         with _outage_as_unavailable():
             self._client.upsert(collection, structs)
 
-    def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
         if not ids:
             return []
         with _outage_as_unavailable():
-            records = self._client.retrieve(collection, list(ids), with_payload=True)
-        return [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
+            # All vectors: a point with a sparse vector has its dense one under "" (dense_of picks it).
+            records = self._client.retrieve(
+                collection, list(ids), with_payload=True, with_vectors=with_vectors
+            )
+        return [
+            Hit(str(r.id), 0.0, r.payload or {}, dense_of(r.vector) if with_vectors else None)
+            for r in records
+        ]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:

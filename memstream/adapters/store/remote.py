@@ -8,7 +8,9 @@ opens the store itself and none of this is used.
 
 The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation. A sparse
 vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
-peer's requests still read the same.
+peer's requests still read the same. A retrieve asks for the points' dense vectors with
+``"with_vectors": true`` and gets each as ``"vector"`` (floats); an older worker leaves them out, which
+a caller takes as "not stored".
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from memstream.core.store import (
@@ -55,11 +58,22 @@ def _filter_in(raw: Mapping[str, Any] | None) -> Filter | None:
 
 
 def _hits_out(hits: Sequence[Hit]) -> list[dict[str, Any]]:
-    return [{"id": h.id, "score": h.score, "payload": h.payload} for h in hits]
+    return [_hit_out(h) for h in hits]
+
+
+def _hit_out(h: Hit) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": h.id, "score": h.score, "payload": h.payload}
+    if h.vector is not None:
+        out["vector"] = h.vector
+    return out
 
 
 def _hits_in(raw: Sequence[Mapping[str, Any]]) -> list[Hit]:
-    return [Hit(h["id"], h["score"], h["payload"]) for h in raw]
+    return [Hit(h["id"], h["score"], h["payload"], _vector_in(h.get("vector"))) for h in raw]
+
+
+def _vector_in(raw: Sequence[float] | None) -> npt.NDArray[np.float32] | None:
+    return None if raw is None else np.asarray(raw, dtype=np.float32)
 
 
 def _sparse_out(vector: SparseVector | None) -> dict[str, Any] | None:
@@ -126,7 +140,7 @@ def _scroll(store: VectorStore, req: dict[str, Any]) -> dict[str, Any]:
 _OPS: dict[str, Callable[[VectorStore, dict[str, Any]], Any]] = {
     "ensure_collection": _ensure,
     "upsert": _upsert,
-    "retrieve": lambda s, r: _hits_out(s.retrieve(r["collection"], r["ids"])),
+    "retrieve": lambda s, r: _hits_out(s.retrieve(r["collection"], r["ids"], r.get("with_vectors", False))),
     "search_many": _search_many,
     "set_payload": lambda s, r: s.set_payload(r["collection"], r["ids"], r["values"]),
     "count": lambda s, r: s.count(r["collection"], _filter_in(r["flt"])),
@@ -185,8 +199,11 @@ class RemoteStore:
         pts = [_point_out(p) for p in points]
         self._call("upsert", {"collection": collection, "points": pts})
 
-    def retrieve(self, collection: str, ids: Sequence[str]) -> list[Hit]:
-        return _hits_in(self._call("retrieve", {"collection": collection, "ids": list(ids)}))
+    def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
+        req: dict[str, Any] = {"collection": collection, "ids": list(ids)}
+        if with_vectors:
+            req["with_vectors"] = True
+        return _hits_in(self._call("retrieve", req))
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         qs = [_query_out(q) for q in queries]
