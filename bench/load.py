@@ -2,8 +2,9 @@
 
     python bench/load.py [--rates 25,50,100,200,400] [--seconds 60 | --step-seconds S] --json
 
-Starts its own Tansu broker and `memstream up` (hash embedder, one worker, the gateway on a free
-port, 127.0.0.1 only, one API key whose rate limit cannot interfere), posts the turns of
+Starts its own Tansu broker and `memstream up` (hash embedder, or with --embedder minilm the local
+MiniLM for turns and queries; one worker, the gateway on a free port, 127.0.0.1 only, one API key
+whose rate limit cannot interfere), posts the turns of
 examples/sample.jsonl and waits until they are stored, then sends requests at a fixed arrival
 rate per step (open loop: a slow gateway shows up as queueing, 503 or timeouts, not as a lower
 send rate), alternating POST /v1/turns (one new turn, a new turn_id) and POST /v1/recall.
@@ -204,6 +205,10 @@ async def run_step(
         kind: dict(Counter(outcome for k, outcome, _ in outcomes if k == kind))
         for kind in ("turns", "recall")
     }
+    ok_by_kind = {kind: [t for k, o, t in outcomes if k == kind and o.startswith("2")] for kind in by_kind}
+    latency_by_kind = {  # answered 2xx only
+        kind: {f"p{q}_ms": ms(percentile(lats, q)) for q in (50, 95, 99)} for kind, lats in ok_by_kind.items()
+    }
     return {
         "rate": rate,
         "seconds": round(seconds, 1),
@@ -226,6 +231,7 @@ async def run_step(
         "error_kinds": dict(errors),
         "shed_without_retry_after": dict(no_retry_after),
         "by_kind": by_kind,
+        "ok_latency_by_kind": latency_by_kind,
         "accepted_turn_ids": accepted,
         "refused_turn_ids": refused,
     }
@@ -295,7 +301,13 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
     return Settings.from_env(env), proc, log
 
 
-def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: int | None) -> dict[str, Any]:
+def run(
+    rates: list[float],
+    step_seconds: float,
+    timeout: float,
+    max_in_flight: int | None,
+    embedder: str = "hash",
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-load-"))
     base = sample_turns()
     with Broker(free_port(), work / "tansu.log") as broker:
@@ -307,6 +319,7 @@ def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: 
             MEMSTREAM_API_KEYS=json.dumps({KEY: TENANT}),
             MEMSTREAM_RATE_LIMIT_PER_S="100000",
             MEMSTREAM_RATE_LIMIT_BURST="100000",
+            MEMSTREAM_EMBEDDER=embedder,
             **({"MEMSTREAM_GATEWAY_MAX_IN_FLIGHT": str(max_in_flight)} if max_in_flight is not None else {}),
         )
         url = f"http://127.0.0.1:{port}"
@@ -339,7 +352,8 @@ def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: 
                             f"{rate:g} req/s: sent {r['sent']} (not sent {r['client_overflow']}) "
                             f"ok {r['ok']} 429 {r['429']} 503 {r['503']} "
                             f"timeouts {r['timeouts']} errors {r['errors']} p50/p95/p99 {r['p50_ms']}/"
-                            f"{r['p95_ms']}/{r['p99_ms']} ms",
+                            f"{r['p95_ms']}/{r['p99_ms']} ms; recall 2xx p50/p95/p99 "
+                            f"{'/'.join(str(v) for v in r['ok_latency_by_kind']['recall'].values())} ms",
                             file=sys.stderr,
                             flush=True,
                         )
@@ -398,6 +412,7 @@ def run(rates: list[float], step_seconds: float, timeout: float, max_in_flight: 
         "step_seconds": step_seconds,
         "client_timeout_s": timeout,
         "gateway_max_in_flight": settings.gateway_max_in_flight,
+        "embedder": settings.embedder,
         "mix": "alternating POST /v1/turns (one new turn) and POST /v1/recall",
         "preloaded_turns": preload,
         "steps": steps_out,
@@ -425,13 +440,20 @@ def main() -> None:
     p.add_argument("--step-seconds", type=float, default=None, help="seconds per step (overrides --seconds)")
     p.add_argument("--timeout", type=float, default=5.0, help="client timeout per request (default 5 s)")
     p.add_argument("--max-in-flight", type=int, default=None, help="MEMSTREAM_GATEWAY_MAX_IN_FLIGHT")
+    p.add_argument(
+        "--embedder",
+        choices=["hash", "minilm"],
+        default="hash",
+        help="MEMSTREAM_EMBEDDER of the worker and gateway (default hash; minilm embeds every turn and "
+        "query with the local MiniLM model)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     args = p.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if not rates or any(r <= 0 for r in rates):
         p.error("--rates: positive numbers, comma-separated")
     step_seconds = args.step_seconds or args.seconds / len(rates)
-    result = run(rates, step_seconds, args.timeout, args.max_in_flight)
+    result = run(rates, step_seconds, args.timeout, args.max_in_flight, args.embedder)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return

@@ -1,5 +1,6 @@
 """A worker's web pages: ``/metrics``, ``/healthz``, ``/readyz``, ``/status``, and the stores it
-holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.remote``)."""
+holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.remote``; a whole recall:
+``/recall/{partition}``, ``memstream.adapters.remote_recall``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memstream.adapters import metrics
+from memstream.adapters.remote_recall import serve_recall
 from memstream.adapters.store.remote import serve
 from streams.ingest import IngestProcessor
 
@@ -77,6 +79,21 @@ def add_pages(
                 return self.error(409, f"partition {partition} is not held here")
             try:
                 body = serve(processor.shards.get(int(partition)), op, query)
+            except ValueError as exc:
+                return self.error(400, str(exc))
+            return self.bytes(body, content_type="application/json")
+
+    @app.page("/recall/{partition}")
+    class RecallView(faust.web.View):
+        """A gateway's recall, run here on a partition this worker holds: one request instead of one
+        per store call. In the event loop, like the store calls: the shard cannot be released under it."""
+
+        async def post(self, request: Any, partition: str) -> Any:
+            query = await request.read()  # first: no await between the check and the store's use
+            if not partition.isdigit() or int(partition) not in held():
+                return self.error(409, f"partition {partition} is not held here")
+            try:
+                body = serve_recall(processor.shards.get(int(partition)), processor.embedder, query)
             except ValueError as exc:
                 return self.error(400, str(exc))
             return self.bytes(body, content_type="application/json")

@@ -5,6 +5,7 @@ httpx as the client, and schemathesis against the OpenAPI document."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,16 +24,17 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+from starlette.testclient import TestClient
 
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.kafka import read_topic, settled
+from memstream.adapters.kafka import partition_for, read_topic, settled
 from memstream.adapters.settings import Settings
 from memstream.apps.demo import SAMPLE
 from memstream.apps.gateway.app import create_app
 from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.events import Tombstone
+from schemas.events import Tombstone, partition_key
 from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
 
 pytestmark = pytest.mark.integration
@@ -204,6 +207,70 @@ def test_recall_returns_the_users_dated_memories_with_provenance(
     with gateway.client() as c:
         leaves = c.post("/v1/recall", json={"user_id": USER, "query": "moving", "levels": [1]}).json()
     assert leaves["items"] and {i["level"] for i in leaves["items"]} == {1}
+
+
+class _CountingProxy(http.server.ThreadingHTTPServer):
+    """In front of a worker's status port: forwards every request and counts them by path."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.requests: Counter[str] = Counter()
+        self.client = httpx.Client(timeout=30)
+        super().__init__(("127.0.0.1", 0), _Forward)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.client.close()
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    server: _CountingProxy
+
+    def _forward(self) -> None:
+        self.server.requests[self.path] += 1
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        r = self.server.client.request(self.command, f"{self.server.target}{self.path}", content=body)
+        self.send_response(r.status_code)
+        self.send_header("content-type", r.headers.get("content-type", "application/json"))
+        self.send_header("content-length", str(len(r.content)))
+        self.end_headers()
+        self.wfile.write(r.content)
+
+    do_GET = do_POST = _forward
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+def test_a_recall_is_one_request_to_the_worker(gateway: Gateway, ingested: dict[str, Any]) -> None:
+    """With the embedded store the worker holding the user's shard runs the whole recall: one HTTP
+    request from the gateway (an in-process gateway whose workers are behind counting proxies), and
+    the answer is the one the other gateways give."""
+    settings = gateway.pipeline.settings
+    proxies = [_CountingProxy(f"http://127.0.0.1:{settings.metrics_port + i}") for i in range(2)]
+    env = {**gateway.pipeline.env, "MEMSTREAM_WORKER_URLS": ",".join(p.url for p in proxies)}
+    query = {"user_id": USER, "query": "What did I do last week?", "now": "2025-03-01T12:00:00Z"}
+    partition = partition_for(partition_key("acme", USER).encode(), settings.topic_partitions)
+    try:
+        with TestClient(create_app(Settings.from_env(env)), headers=_auth(KEY_ACME)) as c:
+            first = c.post("/v1/recall", json=query)  # also finds the owner (the workers' /status)
+            for p in proxies:
+                p.requests.clear()
+            second = c.post("/v1/recall", json=query)
+    finally:
+        for p in proxies:
+            p.close()
+    assert first.status_code == second.status_code == 200, second.text
+    assert sum((p.requests for p in proxies), Counter()) == {f"/recall/{partition}": 1}
+    with gateway.client() as c:
+        assert second.json() == first.json() == c.post("/v1/recall", json=query).json()
+    assert second.json()["items"]
 
 
 def test_answer_without_a_model_says_so_and_returns_the_context(

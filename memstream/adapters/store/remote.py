@@ -3,8 +3,9 @@
 Qdrant Edge lets one process open a shard, and with the embedded store each partition's shard
 is held by the worker that owns the partition. A gateway reads and forgets through that worker:
 :class:`RemoteStore` speaks the :class:`VectorStore` protocol over HTTP, and :func:`serve` is the
-worker's side of it (mounted at ``/store/<partition>/<op>``). With a Qdrant server every process
-opens the store itself and none of this is used.
+worker's side of it (mounted at ``/store/<partition>/<op>``); a recall goes to the worker whole, in
+one request (:meth:`RemoteStore.post`, ``memstream.adapters.remote_recall``). With a Qdrant server
+every process opens the store itself and none of this is used.
 
 The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation. A sparse
 vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
@@ -168,8 +169,19 @@ class RemoteStore:
         self._client = client
         self._timeout_s = timeout_s
 
+    @property
+    def partition(self) -> int:
+        return self._partition
+
     def _call(self, op: str, req: Mapping[str, Any]) -> Any:
         body = orjson.dumps(req, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.loads(self.post(f"/store/{self._partition}/{op}", body))
+
+    def post(self, path: str, body: bytes) -> bytes:
+        """The body of the owner's 200 answer to ``body`` POSTed at ``path`` (a page the owner serves for
+        a held partition: ``/store/<partition>/<op>``, or ``/recall/<partition>``). A 409 (not the
+        owner any more) or an unreachable owner: located again and retried until ``timeout_s``, then
+        :class:`StoreUnavailable`; a 400 (the request itself was wrong): ValueError."""
         deadline = time.monotonic() + self._timeout_s
         refresh = False
         while True:
@@ -177,13 +189,13 @@ class RemoteStore:
             problem = f"no worker owns partition {self._partition}"
             if base is not None:
                 try:
-                    r = self._client.post(f"{base}/store/{self._partition}/{op}", content=body)
+                    r = self._client.post(f"{base}{path}", content=body)
                     if r.status_code == 200:
-                        return orjson.loads(r.content)
+                        return r.content
                     if r.status_code == 400:  # the call itself was wrong, as it would be locally
                         raise ValueError(r.json().get("error", r.text))
                     if r.status_code != 409:  # 409: not the owner (any more)
-                        raise StoreUnavailable(f"store {op} at {base}: HTTP {r.status_code} {r.text[:200]}")
+                        raise StoreUnavailable(f"{path} at {base}: HTTP {r.status_code} {r.text[:200]}")
                     problem = f"{base} no longer owns partition {self._partition}"
                 except httpx.TransportError as exc:
                     problem = f"{base}: {exc!r}"

@@ -1,6 +1,7 @@
 """The query gateway (FastAPI). It keeps no state of its own: turns go to the ``turns`` topic,
 reads go to the stores (the Qdrant server, or with the embedded store the worker that owns the
-user's partition), live updates come from ``memory.updates``. Run any number of replicas.
+user's partition: a recall goes to it whole, in one request), live updates come from
+``memory.updates``. Run any number of replicas.
 
 Every request is scoped to the tenant of its API key; a user is ``tenant/user_id``.
 """
@@ -31,6 +32,7 @@ from memstream.adapters import metrics
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import by_key, client_kwargs, partition_for
 from memstream.adapters.llm import LLMClient, LLMError
+from memstream.adapters.remote_recall import recall_at
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import Shards
 from memstream.apps.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
@@ -41,8 +43,9 @@ from memstream.core.forgetting import erase_user
 from memstream.core.memories import MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
-from memstream.core.recall.engine import Recalled, recall
+from memstream.core.recall.engine import Recalled
 from memstream.core.recall.tools import run_tool
+from memstream.core.recall.wire import Ask
 from memstream.core.store import Filter, Range, StoreUnavailable, VectorStore, scroll_all
 from memstream.core.units import UNITS, USER_FIELD
 from memstream.core.validation import Limits, Rejection, limits_from, validate
@@ -460,17 +463,18 @@ def _owned_turn(turn: TurnIn, index: int, tenant: str, limits: Limits) -> Turn:
 
 
 def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
+    """The recall, run by the worker that holds the user's shard with the embedded store (one request,
+    the query embedded here), else here on the Qdrant server."""
     key = partition_key(tenant, body.user_id)
-    result: Recalled = recall(
-        svc.store(key),
-        svc.embedder,
+    ask = Ask(
         user_key=key,
         query=body.query,
         now=body.now or datetime.now(UTC),
         budget_tokens=body.budget_tokens,
-        zone=svc.settings.zone,
-        levels=body.levels,
+        zone=svc.settings.default_timezone,
+        levels=None if body.levels is None else tuple(body.levels),
     )
+    result: Recalled = recall_at(svc.store(key), svc.embedder, ask)
     items = [
         RecallItem(
             id=item.id,

@@ -47,6 +47,7 @@ def recall(
     zone: ZoneInfo | None = None,
     levels: Sequence[int] | None = None,
     config: RecallConfig = DEFAULT,
+    vector: npt.NDArray[np.float32] | None = None,
     unit_vectors: Mapping[str, UnitVectors] | None = None,
 ) -> Recalled:
     """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
@@ -54,12 +55,15 @@ def recall(
 
     ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
     personas) are returned, and they get the whole budget; None = ``config.levels``. Phatic units
-    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``)."""
+    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``). ``vector``: the
+    query already embedded (by ``embedder``'s model), so ``embedder`` is not asked; the gateway embeds
+    and the worker that holds the store recalls (``memstream.core.recall.wire``)."""
     zone = zone or ZoneInfo("UTC")
     now = now if now.tzinfo else now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
     complexity = rank.plan_complexity(query, bool(intent.intervals))
-    vector = embedder.embed([query])[0]
+    if vector is None:
+        vector = embedder.embed([query])[0]
 
     leaves, sessions = _candidates(store, vector, query, user_key, config)
     if unit_vectors is not None and (config.sentence_weight or config.context_weight):
