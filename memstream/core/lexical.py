@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
+from itertools import filterfalse
 
 from memstream.core.store import SparseVector
 
@@ -41,7 +42,7 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 def tokenize(text: str) -> list[str]:
     """Lowercase ``[a-z0-9]+`` runs, stop words left out, in text order."""
-    return [t for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS]
+    return list(filterfalse(STOP_WORDS.__contains__, _TOKEN.findall(text.lower())))
 
 
 def token_id(token: str) -> int:

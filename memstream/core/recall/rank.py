@@ -326,6 +326,8 @@ def _event_note(item: Item, zone: ZoneInfo) -> str:
     """The note " (about <when>)" for a unit's event times that do not contain the day it was said: "I ran
     a race last Saturday", said on 25 May, reads "I ran a race last Saturday. (about 20 May 2023)" under
     the header "[25 May 2023]"."""
+    if not item.event_times:
+        return ""
     said = item.start.astimezone(zone).date()
     named = dict.fromkeys(
         coarse_date(start, granularity, zone)
