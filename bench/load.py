@@ -94,6 +94,11 @@ class Loopback:
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, str]]:
         """Status and headers (lower-case names) of one POST; raises on any connection problem."""
+        status, headers, _ = await self.exchange(path, body)
+        return status, headers
+
+    async def exchange(self, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+        """Status, headers (lower-case names) and body of one POST; raises on any connection problem."""
         data = orjson.dumps(body)
         now = time.monotonic()
         while self.idle and now - self.idle[0][2] > IDLE_REUSE_S:  # oldest first
@@ -117,9 +122,9 @@ class Loopback:
                 name, sep, value = line.partition(":")
                 if sep:
                     headers[name.strip().lower()] = value.strip()
-            await reader.readexactly(int(headers.get("content-length", "0")))
+            content = await reader.readexactly(int(headers.get("content-length", "0")))
             reusable = headers.get("connection", "").lower() != "close"
-            return status, headers
+            return status, headers, content
         finally:
             if reusable:
                 self.idle.append((reader, writer, time.monotonic()))
@@ -301,6 +306,56 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
     return Settings.from_env(env), proc, log
 
 
+def machine() -> str:
+    """The machine a bench ran on, as the results name it."""
+    return (
+        f"{platform.machine()} {os.cpu_count()} cpus (shared with other processes), "
+        f"{platform.python_implementation()} {platform.python_version()}"
+    )
+
+
+def start_gateway(
+    broker: Broker, work: Path, embedder: str = "hash", **overrides: str
+) -> tuple[Settings, subprocess.Popen[bytes], Path, int]:
+    """:func:`start_up` with its gateway on a free port of 127.0.0.1, :data:`KEY` as the one API key
+    (for :data:`TENANT`, a rate limit that cannot interfere) and ``embedder``, once it is ready. Its
+    settings, process, log and gateway port; ``overrides``: more of its environment."""
+    port = free_port()
+    settings, proc, log = start_up(
+        broker,
+        work,
+        MEMSTREAM_GATEWAY_PORT=str(port),
+        MEMSTREAM_API_KEYS=json.dumps({KEY: TENANT}),
+        MEMSTREAM_RATE_LIMIT_PER_S="100000",
+        MEMSTREAM_RATE_LIMIT_BURST="100000",
+        MEMSTREAM_EMBEDDER=embedder,
+        **overrides,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 180, "readiness", proc, log)
+    except BaseException:
+        stop(proc)
+        raise
+    return settings, proc, log, port
+
+
+def preload(
+    port: int, turns: list[dict[str, Any]], settings: Settings, proc: subprocess.Popen[bytes], log: Path
+) -> int:
+    """Post ``turns`` through the gateway on ``port`` in batches and wait until they are stored; how
+    many distinct turns that is."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as c:
+        for i in range(0, len(turns), 200):
+            resp = c.post("/v1/turns", json={"turns": turns[i : i + 200]})
+            if resp.status_code != 202:
+                raise SystemExit(f"preload refused: {resp.status_code} {resp.text[:300]}")
+    count = len({t["turn_id"] for t in turns})
+    wait(lambda: fetch_status(settings)["units_in_store"] >= count, 300, "the preload", proc, log)
+    return count
+
+
 def run(
     rates: list[float],
     step_seconds: float,
@@ -311,31 +366,17 @@ def run(
     work = Path(tempfile.mkdtemp(prefix="memstream-load-"))
     base = sample_turns()
     with Broker(free_port(), work / "tansu.log") as broker:
-        port = free_port()
-        settings, proc, log = start_up(
+        settings, proc, log, port = start_gateway(
             broker,
             work,
-            MEMSTREAM_GATEWAY_PORT=str(port),
-            MEMSTREAM_API_KEYS=json.dumps({KEY: TENANT}),
-            MEMSTREAM_RATE_LIMIT_PER_S="100000",
-            MEMSTREAM_RATE_LIMIT_BURST="100000",
-            MEMSTREAM_EMBEDDER=embedder,
+            embedder,
             **({"MEMSTREAM_GATEWAY_MAX_IN_FLIGHT": str(max_in_flight)} if max_in_flight is not None else {}),
         )
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {KEY}"}
         try:
-            wait(
-                lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 180, "readiness", proc, log
-            )
-            with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
-                for i in range(0, len(base), 200):
-                    resp = c.post("/v1/turns", json={"turns": base[i : i + 200]})
-                    if resp.status_code != 202:
-                        raise SystemExit(f"preload refused: {resp.status_code} {resp.text[:300]}")
-            preload = len({t["turn_id"] for t in base})
-            wait(lambda: fetch_status(settings)["units_in_store"] >= preload, 300, "the preload", proc, log)
-            print(f"preloaded {preload} turns; stepping through {rates} req/s", file=sys.stderr, flush=True)
+            preloaded = preload(port, base, settings, proc, log)
+            print(f"preloaded {preloaded} turns; stepping through {rates} req/s", file=sys.stderr, flush=True)
 
             async def steps() -> list[dict[str, Any]]:
                 # One connection per open request (up to MAX_OUTSTANDING), kept alive between them;
@@ -366,7 +407,7 @@ def run(
             counters = gateway_counters(url)
             accepted = {i for r in results for i in r["accepted_turn_ids"]}
             refused = {i for r in results for i in r["refused_turn_ids"]}
-            expected = preload + len(accepted)
+            expected = preloaded + len(accepted)
             t_drain = time.monotonic()
             wait(
                 lambda: fetch_status(settings)["units_in_store"] >= expected,
@@ -414,7 +455,7 @@ def run(
         "gateway_max_in_flight": settings.gateway_max_in_flight,
         "embedder": settings.embedder,
         "mix": "alternating POST /v1/turns (one new turn) and POST /v1/recall",
-        "preloaded_turns": preload,
+        "preloaded_turns": preloaded,
         "steps": steps_out,
         "sustained_rate_p99_under_100ms": max(sustained) if sustained else None,
         "shed": {
@@ -428,8 +469,7 @@ def run(
         "refused_turns_stored_anyway": len(refused & stored),
         "drain_s": round(drain_s, 1),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus (shared with other processes), "
-        f"{platform.python_implementation()} {platform.python_version()}",
+        "machine": machine(),
     }
 
 
