@@ -42,11 +42,8 @@ from typing import Any
 import orjson
 
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
-from memstream.adapters.store import all_stores, open_shards, scroll_all
-from memstream.core.units import UNITS, unit_from_payload, units_spec
 
 # The repository root, for bench/load.py when run as `python bench/freshness.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,6 +59,7 @@ from bench.load import (
     sample_turns,
     start_gateway,
     stop,
+    stored_turn_ids,
     wait,
 )
 
@@ -298,13 +296,7 @@ def run(
             ingest = ingest_batches(before, ingest_counters(settings), seconds)
         finally:
             stop(proc)
-        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
-        stored = {
-            unit_from_payload(h.payload).turn_id
-            for store in all_stores(shards, settings.topic_partitions)
-            for h in scroll_all(store, UNITS)
-        }
-        shards.close()
+        stored = stored_turn_ids(settings)
     times = [t for _, t in tally.found]
     accepted = len(tally.found) + len(tally.missed)
     polls = sum(tally.poll_outcomes.values())

@@ -306,6 +306,19 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
     return Settings.from_env(env), proc, log
 
 
+def stored_turn_ids(settings: Settings) -> set[str]:
+    """The turn ids in the units collection of every partition (the worker stopped: the shards are free)."""
+    shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+    try:
+        return {
+            unit_from_payload(h.payload).turn_id
+            for store in all_stores(shards, settings.topic_partitions)
+            for h in scroll_all(store, UNITS)
+        }
+    finally:
+        shards.close()
+
+
 def machine() -> str:
     """The machine a bench ran on, as the results name it."""
     return (
@@ -421,13 +434,7 @@ def run(
         finally:
             stop(proc)
 
-        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
-        stored = {
-            unit_from_payload(h.payload).turn_id
-            for store in all_stores(shards, settings.topic_partitions)
-            for h in scroll_all(store, UNITS)
-        }
-        shards.close()
+        stored = stored_turn_ids(settings)
 
     steps_out = []
     for r in results:
