@@ -48,6 +48,7 @@ import orjson
 from tqdm import tqdm
 
 from consumers import build_consolidation
+from consumers.extractive.sentences import split_sentences
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
@@ -263,8 +264,6 @@ def _unit_vectors(
     """Prototype (issue 16): what ingest would store besides a unit's vector: one vector per sentence
     ("Speaker: sentence"; a photo caption is a sentence of its own) and the unit embedded after the
     turn before it in the same session."""
-    from consumers.extractive.sentences import split_sentences
-
     texts = [t.text for t in conv.turns]
     sentences: list[str] = []
     owner: list[int] = []
