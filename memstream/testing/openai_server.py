@@ -52,6 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 Json = dict[str, Any]
+Reply = tuple[int, Json, dict[str, str] | None]  # status, body, extra headers
 CHAT_PATH = "/v1/chat/completions"
 Route = Callable[[Json], Json]
 
@@ -300,18 +301,23 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             chat = self.path == CHAT_PATH
             key = server.enter_chat(self.connection) if chat else None
             try:
-                self._answer(body, failure, server.chat_delay_s if chat else 0.0)
+                reply = self._answer(body, failure, server.chat_delay_s if chat else 0.0)
             finally:
+                # Ended before the answer is sent: a client that reads the server's measures right
+                # after its response must find its own request counted.
                 if key is not None:
                     server.exit_chat(key)
+            if reply is not None:
+                self._send(*reply)
 
-        def _answer(self, body: Json, failure: Failure | None, delay_s: float) -> None:
+        def _answer(self, body: Json, failure: Failure | None, delay_s: float) -> Reply | None:
+            """The reply to send, or None when the client gave up waiting."""
             delay_s += failure.delay_s if failure is not None else 0.0
             if delay_s and self._wait(delay_s):
                 self.close_connection = True  # it timed out: nothing is answered (or counted)
                 if failure is not None:
                     server.served("timeout")
-                return
+                return None
             if failure is not None and failure.status is not None:
                 headers = {}
                 if failure.retry_after_s is not None:
@@ -319,17 +325,16 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 if failure.retry_after is not None:
                     headers["Retry-After"] = failure.retry_after
                 server.served(str(failure.status))
-                self._send(failure.status, _error(failure.status, "scripted failure"), headers)
-                return
+                return failure.status, _error(failure.status, "scripted failure"), headers
             if failure is not None:
                 server.served("slow" if failure.delay_s else "ok")
             route = server.routes.get(self.path)
             try:
                 if route is None:
                     raise ApiError(404, f"no route {self.path}")
-                self._send(200, route(body))
+                return 200, route(body), None
             except ApiError as exc:
-                self._send(exc.status, _error(exc.status, str(exc)))
+                return exc.status, _error(exc.status, str(exc)), None
 
         def _wait(self, delay_s: float) -> bool:
             """Wait ``delay_s``; True as soon as the client closes the connection (it gave up)."""
