@@ -64,6 +64,7 @@ from memstream.apps.cost import cost_report
 from memstream.apps.datasets import RawRecord
 from memstream.apps.status import fetch_status
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
 
 # The repository root, for bench/users.py when run as `python bench/consolidation.py`.
@@ -114,7 +115,7 @@ def run(
         max_in_flight = server.max_in_flight
 
     dim = make_embedder(settings).dim
-    shards = open_shards(settings, [units_spec(dim), memories_spec(dim)])
+    shards = open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
     stores = all_stores(shards, settings.topic_partitions)
     kinds = Counter(
         memory_from_payload(h.payload).kind.value for s in stores for h in scroll_all(s, MEMORIES)

@@ -38,6 +38,7 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, render_text, unit_from_payload, units_spec
 from schemas.events import Turn
 from streams.ingest import Incoming, IngestProcessor
@@ -57,7 +58,7 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
     alone = settings.model_copy(update={"data_dir": work / "alone"})
     embedder = make_embedder(alone)
-    shards = open_shards(alone, [units_spec(embedder.dim)])
+    shards = open_shards(alone, [units_spec(embedder.dim), views_spec(embedder.dim)])
     processor = IngestProcessor(alone, embedder, shards)
     records = [Incoming(t.to_bytes(), t.key, "turns") for t in turns]
     state: dict[bytes, Any] = {}
@@ -129,7 +130,9 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
 
-        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+        shards = open_shards(
+            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+        )
         units = [
             unit_from_payload(h.payload)
             for store in all_stores(shards, settings.topic_partitions)

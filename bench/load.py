@@ -42,6 +42,7 @@ from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.status import fetch_status
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,7 +309,9 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
 
 def stored_turn_ids(settings: Settings) -> set[str]:
     """The turn ids in the units collection of every partition (the worker stopped: the shards are free)."""
-    shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+    shards = open_shards(
+        settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+    )
     try:
         return {
             unit_from_payload(h.payload).turn_id

@@ -37,6 +37,7 @@ from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.recall.config import DEFAULT
 from memstream.core.recall.engine import recall
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
 from streams.ingest import IngestProcessor
 from streams.offline import consolidate_all, ingest_all
@@ -52,7 +53,10 @@ QUESTIONS = [
 
 async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards, dict[str, Any]]:
     embedder = make_embedder(settings)
-    shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = EdgeShards(
+        settings.data_dir / "store",
+        [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
+    )
     processor = IngestProcessor(settings, embedder, shards)
     turns = list(islice(generate(users=users, days=365 * 3, tenant="bench"), units))
     last: dict[str, Any] = {}

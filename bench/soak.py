@@ -62,6 +62,7 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.topics import TURNS
 
@@ -310,7 +311,9 @@ def _soak(
             stop(proc)
         print(f"{'drained' if drained else 'NOT drained'} after {drain_s:.1f}s", file=sys.stderr, flush=True)
 
-        shards = open_shards(settings, [units_spec(make_embedder(settings).dim)])
+        shards = open_shards(
+            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+        )
         try:
             stored = {
                 f"{u.key}/{u.turn_id}"

@@ -40,6 +40,7 @@ from memstream.adapters.kafka import partition_for
 from memstream.adapters.settings import Settings
 from memstream.core.forgetting import Forgotten
 from memstream.core.memories import MEMORIES
+from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import UNITS
 from schemas.topics import (
     ALL_TOPICS,
@@ -223,7 +224,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             async for events in batches(stream, settings.batch_size, INDEX_BATCH_WITHIN_S):
                 await publish(*await indexing.batch([received(e) for e in events]))
 
-    collections = [UNITS, MEMORIES] if {"consolidate", "index"} & roles else [UNITS]
+    collections = [UNITS, UNIT_VIEWS, MEMORIES] if {"consolidate", "index"} & roles else [UNITS, UNIT_VIEWS]
     forgetting = Forgetting(forgotten, user_tables, barrier, store_of, collections, processor.clock)
 
     @app.agent(topic(TOMBSTONES))

@@ -1,7 +1,8 @@
 """The ingest processor: one batch of turn records in, stored units and events out.
 
-Per batch: validate -> semantic time -> embed -> recurrence check -> upsert into ``units`` ->
-window tracking. Each unit is stored in its partition's store (``memstream.adapters.store.shards``).
+Per batch: validate -> semantic time -> embed (each unit and its sentences) -> recurrence check ->
+upsert into ``unit_views`` (``memstream.core.unit_views``), then ``units`` -> window tracking. Each
+unit is stored in its partition's store (``memstream.adapters.store.shards``).
 It is independent of faust (the topology in ``streams.app`` feeds it), so tests and
 benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
 redelivered turn is recognised by id and content hash, and a unit is written together with the
@@ -14,9 +15,11 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+import orjson
 
 from memstream.adapters import metrics
 from memstream.adapters.settings import Settings
@@ -26,11 +29,13 @@ from memstream.core.embedder import Embedder, Vectors
 from memstream.core.recurrence import Neighbour, recurrence, top_k
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
+from memstream.core.unit_views import UNIT_VIEWS, context_vector, sentence_texts, view_points
 from memstream.core.units import (
     BUFFER_FIELD,
     CONSOLIDATED,
     FIRED_FIELD,
     STATE_FIELD,
+    UNIT_FIELD,
     UNITS,
     build_unit,
     unit_from_payload,
@@ -38,7 +43,14 @@ from memstream.core.units import (
 )
 from memstream.core.validation import Rejection, check_key, limits_from, validate, zone_of
 from memstream.core.windows import UserWindows, advance
-from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage, Unit, WindowClosed
+from schemas.events import (
+    ConsolidationRequest,
+    DeadLetter,
+    DeadLetterStage,
+    Unit,
+    WindowClosed,
+    partition_key,
+)
 
 CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
 
@@ -56,6 +68,23 @@ class Incoming:
     topic: str
     partition: int | None = None
     offset: int | None = None
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A chunk's vectors: each unit's whole-turn vector, and each unit's sentence vectors (rows in
+    ``sentence_texts`` order; a unit of one sentence has its whole-turn vector)."""
+
+    units: Vectors
+    sentences: list[Vectors]
+
+
+class Previous(NamedTuple):
+    """A user's latest unit so far, whose vector the next unit of its session adds to its context view."""
+
+    session_id: str
+    ts: datetime
+    vector: Vectors
 
 
 @dataclass
@@ -109,6 +138,11 @@ class IngestProcessor:
         # every stored unit): a unit later than that needs no time bound on its neighbour query,
         # the costliest of its conditions. Users without state keep the bound.
         latest = {k.decode(): w.last_ts for k, w in windows.items() if w is not None}
+        # Each user's latest unit, for the context view of the next unit of its session: read from the
+        # store (by the id the window state keeps) when a partition's share of the batch needs it.
+        previous: dict[str, Previous | str] = {
+            k.decode(): w.last_unit_id for k, w in windows.items() if w is not None and w.last_unit_id
+        }
         # Pipelined in chunks: the embedder (onnxruntime or HTTP, both release the GIL) works on
         # chunk k+1 in a thread while chunk k is checked and stored here. Chunks are recorded in
         # order, so each one sees every earlier unit, as if units were handled one by one.
@@ -119,7 +153,7 @@ class IngestProcessor:
             vectors = await pending
             if k + 1 < len(chunks):
                 pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[k + 1]))
-            self._record(chunk, vectors, replayed if k == 0 else [], result, latest)
+            self._record(chunk, vectors, replayed if k == 0 else [], result, latest, previous)
         to_track = {u.unit_id for _, u in new} | untracked
         with metrics.STAGE_SECONDS.labels("windows").time():
             self._track_windows([u for _, u in fresh if u.unit_id in to_track], windows, now, result)
@@ -202,20 +236,34 @@ class IngestProcessor:
         # (and is earlier in dialogue time), so that is what a batch must reproduce.
         return new, replayed, known
 
-    def _embed(self, units: list[Located[Unit]]) -> Vectors:
+    def _embed(self, units: list[Located[Unit]]) -> Embedded:
+        """The units' texts and the sentences of those with more than one, in one embedder call."""
+        texts = [u.text for _, u in units]
+        sentences = [sentence_texts(t) for t in texts]
+        extra = [s for t, mine in zip(texts, sentences, strict=True) if mine != [t] for s in mine]
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
             metrics.STAGE_SECONDS.labels("embed").time(),
         ):
-            return self.embedder.embed([u.text for _, u in units])
+            vectors = self.embedder.embed(texts + extra)
+        rows: list[Vectors] = []
+        k = len(texts)
+        for i, (text, mine) in enumerate(zip(texts, sentences, strict=True)):
+            if mine == [text]:
+                rows.append(vectors[i : i + 1])
+            else:
+                rows.append(vectors[k : k + len(mine)])
+                k += len(mine)
+        return Embedded(vectors[: len(texts)], rows)
 
     def _record(
         self,
         new: list[Located[Unit]],
-        vectors: Vectors,
+        embedded: Embedded,
         replayed: list[Located[ConsolidationRequest]],
         result: BatchResult,
         latest: dict[str, datetime],
+        previous: dict[str, Previous | str],
     ) -> None:
         """Record each partition's share in that partition's store (a user's units and requests
         all live on the user's partition)."""
@@ -223,14 +271,16 @@ class IngestProcessor:
         requests = _group(replayed)
         for p in units.keys() | requests.keys():
             idx = units.get(p, [])
-            self._record_in(
-                self.shards.get(p),
-                [new[i][1] for i in idx],
-                vectors[idx],
-                requests.get(p, []),
-                result,
-                latest,
-            )
+            store = self.shards.get(p)
+            mine = [new[i][1] for i in idx]
+            # Views first: a crash before the units are written leaves views that a redelivery
+            # writes again (same ids); the other way round, a stored unit would lack its views.
+            sentences = [embedded.sentences[i] for i in idx]
+            with metrics.STAGE_SECONDS.labels("upsert").time():
+                views = self._views(store, mine, embedded.units[idx], sentences, previous)
+                if views:
+                    store.upsert(UNIT_VIEWS, views)
+            self._record_in(store, mine, embedded.units[idx], requests.get(p, []), result, latest)
 
     def _record_in(
         self,
@@ -277,6 +327,38 @@ class IngestProcessor:
         for tenant, n in Counter(u.tenant for u in new).items():
             metrics.UNITS_STORED.labels(tenant).inc(n)
         result.consolidation.extend([*replayed, *fired.values()])
+
+    def _views(
+        self,
+        store: VectorStore,
+        units: list[Unit],
+        vectors: Vectors,
+        sentences: list[Vectors],
+        previous: dict[str, Previous | str],
+    ) -> list[Point]:
+        """The units' view points, in arrival order: each unit's context view adds the latest earlier
+        unit of its session (from this batch, or stored and named by the window state)."""
+        stored = sorted({v for u in units if isinstance(v := previous.get(u.key), str)})
+        for hit in store.retrieve(UNITS, stored, with_vectors=True) if stored else []:
+            unit = orjson.loads(hit.payload[UNIT_FIELD])
+            if hit.vector is not None:
+                ts = datetime.fromisoformat(unit["ts"])
+                key = partition_key(unit["tenant"], unit["user_id"])
+                previous[key] = Previous(unit["session_id"], ts, hit.vector)
+        points: list[Point] = []
+        for unit, vector, mine in zip(units, vectors, sentences, strict=True):
+            prior = previous.get(unit.key)
+            if not isinstance(prior, Previous):
+                prior = None
+            before = (
+                prior.vector
+                if prior is not None and prior.session_id == unit.session_id and prior.ts <= unit.ts
+                else None
+            )
+            points += view_points(unit, list(mine), context_vector(vector, before))
+            if prior is None or unit.ts >= prior.ts:  # a late unit is nobody's predecessor
+                previous[unit.key] = Previous(unit.session_id, unit.ts, vector)
+        return points
 
     def _recurrence(
         self, store: VectorStore, units: list[Unit], vectors: Vectors, latest: dict[str, datetime]
@@ -369,6 +451,8 @@ class IngestProcessor:
             )
             if before is not None and after.late_events > before.late_events:
                 metrics.LATE_EVENTS.inc()
+            elif after.last_ts == unit.ts:  # the user's latest unit: the next one's predecessor
+                after = replace(after, last_unit_id=unit.unit_id)
             by_user[key] = after
             result.windows.extend(closed)
         # One state write per user per batch: each write is a changelog record.

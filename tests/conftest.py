@@ -25,6 +25,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import VectorStore, open_shards, scroll_all
 from memstream.adapters.store.shards import all_stores
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import Memory
@@ -161,7 +162,10 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: 
 
 def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
     """Every unit and memory in the stores of a stopped pipeline (the shards are free again)."""
-    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
+    shards = open_shards(
+        settings,
+        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
+    )
     try:
         stores = all_stores(shards, settings.topic_partitions)
         units = [unit_from_payload(h.payload) for s in stores for h in scroll_all(s, UNITS)]
@@ -183,7 +187,9 @@ def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
     tmp = tmp_path_factory.mktemp("sample-memory")
     settings = Settings(data_dir=tmp, embedder="hash")
     embedder = HashingEmbedder(settings.hash_dim)
-    shards = EdgeShards(tmp / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = EdgeShards(
+        tmp / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
     consolidate(
         build_consolidation(settings, embedder, embedder.default_theta_sim),
         shards.get(0),

@@ -28,6 +28,7 @@ from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.store import Hit, VectorStore, scroll_all
 from memstream.core.tree import covers
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
@@ -69,7 +70,9 @@ def setup(
         overrides |= {"llm_base_url": server.base_url, "llm_model": "test-model"}
     settings = Settings(**overrides)
     embedder = HashingEmbedder(settings.hash_dim)
-    shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = EdgeShards(
+        tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
     return settings, build_consolidation(settings, embedder, embedder.default_theta_sim), shards
 
 
@@ -173,7 +176,10 @@ def test_llm_tokens_counted_equal_the_servers_usage(tmp_path: Path) -> None:
         server.chat_responder = respond
         settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url, llm_model="m")
         embedder = HashingEmbedder(settings.hash_dim)
-        shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+        shards = EdgeShards(
+            tmp_path / "store",
+            [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
+        )
         consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
         events = ingest(settings, shards)
         consolidate(consolidation, shards.get(0), events)
@@ -215,7 +221,10 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
         server.chat_responder = responder
         settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url)
         embedder = HashingEmbedder(settings.hash_dim)
-        shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+        shards = EdgeShards(
+            tmp_path / "store",
+            [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
+        )
         consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
         events = ingest(settings, shards)
         users = {r.key for r in events.requests}
@@ -282,7 +291,9 @@ def test_recurrence_reuses_the_stored_unit_vectors_and_embeds_only_missing_ones(
     unit whose vector the store does not return is, and the updates are the same either way."""
     settings = Settings(data_dir=tmp_path, embedder="hash")
     embedder = Counting(settings.hash_dim)
-    shards = EdgeShards(tmp_path / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = EdgeShards(
+        tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
     events = ingest(settings, shards)  # the same hashing embedder, uncounted
     store = shards.get(0)
     recurrence = build_consolidation(settings, embedder, embedder.default_theta_sim).recurrence

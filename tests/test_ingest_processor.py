@@ -15,6 +15,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
+from memstream.core.unit_views import views_spec
 from memstream.core.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
 from schemas.events import ConsolidationRequest
 from streams.ingest import BatchResult, Incoming, IngestProcessor
@@ -33,7 +34,7 @@ async def step(processor: IngestProcessor, batch: list[Incoming], state: dict[by
 def run(
     tmp: Path, batch: int, records: list[Incoming] = RECORDS
 ) -> tuple[IngestProcessor, list[ConsolidationRequest]]:
-    shards = EdgeShards(tmp / "store", [units_spec(384)])
+    shards = EdgeShards(tmp / "store", [units_spec(384), views_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp), HashingEmbedder(384), shards)
     state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
@@ -111,7 +112,7 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
     re-marks them before checking its new units, or a new unit would take them into a second
     request (found by tests/test_faults.py, a worker killed mid-replay)."""
     _, whole = run(tmp_path / "whole", 64)
-    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
     state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
@@ -133,7 +134,7 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
     shards.close()
 
     # Restarted: the batch is redelivered together with the next turns, which are new.
-    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
 
     async def rest() -> None:
@@ -152,7 +153,7 @@ def test_a_crash_before_the_window_state_is_saved_closes_the_same_windows_on_red
     """The app saves a batch's window state only after publishing the windows it closed. A crash
     in between (state not saved) must not lose them: the redelivered batch closes the same
     windows again, with the same ids. The processor never writes the state it is given."""
-    shards = EdgeShards(tmp_path / "store", [units_spec(384)])
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
     state: dict[bytes, Any] = {}
     first, batch = RECORDS[:200], RECORDS[200:400]

@@ -53,6 +53,7 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.core.memories import memories_spec
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
@@ -432,7 +433,10 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
             llm_max_retries=0,
         )
         embedder = HashingEmbedder(settings.hash_dim)
-        shards = EdgeShards(Path(tmp) / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+        shards = EdgeShards(
+            Path(tmp) / "store",
+            [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
+        )
         try:
             events = asyncio.run(
                 ingest_all(

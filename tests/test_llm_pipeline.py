@@ -21,6 +21,7 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
@@ -58,7 +59,10 @@ class Run:
 
 
 def memories(settings: Settings) -> dict[str, Memory]:
-    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
+    shards = open_shards(
+        settings,
+        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
+    )
     try:
         stores = all_stores(shards, settings.topic_partitions)
         return {h.id: memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)}

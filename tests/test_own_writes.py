@@ -18,6 +18,7 @@ from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.store.shards import EdgeShards
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
 from memstream.core.store import VectorStore
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
 from streams.read_your_writes import Interrupted, OwnWrites, reflects
@@ -60,7 +61,9 @@ def invalidate(m: Memory, by: str) -> MemoryUpdate:
 
 @pytest.fixture
 def store(tmp_path: Path) -> VectorStore:
-    shards = EdgeShards(tmp_path / "store", [units_spec(EMBEDDER.dim), memories_spec(EMBEDDER.dim)])
+    shards = EdgeShards(
+        tmp_path / "store", [units_spec(EMBEDDER.dim), views_spec(EMBEDDER.dim), memories_spec(EMBEDDER.dim)]
+    )
     return shards.get(0)
 
 

@@ -19,10 +19,11 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.recall import rank
-from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, UNIT_VIEWS, RecallConfig
-from memstream.core.recall.engine import Recalled, UnitVectors, recall
+from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
+from memstream.core.recall.engine import Recalled, recall
 from memstream.core.recall.time_intent import contains, distance
 from memstream.core.store import VectorStore
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from schemas.events import Message, Turn
 from streams.ingest import Incoming, IngestProcessor
@@ -181,7 +182,8 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
         budget_tokens=2000,
     )
     assert result.items
-    assert counting.calls["search_many"] == 2  # units; episodes, facts and sessions in one batch
+    # units; their sentence and context views; episodes, facts and sessions: each one batch
+    assert counting.calls["search_many"] == 3
     assert counting.calls["scroll"] <= DEFAULT.max_session_lookups
     assert counting.calls["retrieve"] <= 4  # one per tree level above the sessions
     assert set(counting.calls) <= {"search_many", "scroll", "retrieve"}
@@ -207,7 +209,7 @@ def _store_of(tmp_path: Path, texts: list[str]) -> EdgeShards:
         )
         for i, text in enumerate(texts)
     ]
-    shards = EdgeShards(tmp_path / "store", [units_spec(384), memories_spec(384)])
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384), memories_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
     records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
     asyncio.run(processor.process(records, {}))
@@ -265,46 +267,3 @@ def test_recall_runs_on_the_config_it_is_given(tmp_path: Path) -> None:
     assert any("Thanks" in i.text for i, _ in flat.items)  # the flat preset filters nothing
     assert all(score == pytest.approx(i.dense) for i, score in flat.items)  # cosine only, no smoothing
     assert any(score != pytest.approx(i.dense) for i, score in default.items)
-
-
-def test_a_units_side_vectors_rescore_it_only_when_given(tmp_path: Path) -> None:
-    """A unit's dense score is the mean of its whole-turn, best-sentence and contextual cosines once its
-    side vectors are given (config.UNIT_VIEWS); without them the same config keeps the whole-turn cosine."""
-    texts = [
-        "We went hiking near the lake.",
-        "The weather stayed fine all week.",
-        "I paint on Sundays. Also hiking.",
-    ]
-    shards = _store_of(tmp_path, texts)
-    embedder = HashingEmbedder(384)
-    query = "hiking at dawn in the mountains"
-    q = embedder.embed([query])[0]
-    views = {
-        f"turn-{i}": UnitVectors(
-            sentences=(q[None, :] if i == 2 else embedder.embed([f"Anna: {text}"])),
-            context=embedder.embed([f"Anna: {text}"])[0],
-        )
-        for i, text in enumerate(texts)
-    }
-
-    def ask_with(unit_vectors: dict[str, UnitVectors] | None) -> Recalled:
-        return recall(
-            shards.get(0),
-            embedder,
-            user_key="t/anna",
-            query=query,
-            now=datetime(2024, 5, 2, tzinfo=UTC),
-            config=replace(UNIT_VIEWS, neighbour_weight=0.0),
-            unit_vectors=unit_vectors,
-        )
-
-    plain, viewed = ask_with(None), ask_with(views)
-    shards.close()
-    dense = {i.source_turn_ids[0]: i.dense for i, _ in plain.items}
-    rescored = {i.source_turn_ids[0]: i.dense for i, _ in viewed.items}
-    assert set(dense) == set(rescored) == {"turn-0", "turn-1", "turn-2"}
-    # turn-2's one sentence is the question itself; the others' side vectors are their whole turn's
-    assert rescored["turn-2"] == pytest.approx((2 * dense["turn-2"] + 1.0) / 3, abs=1e-5)
-    assert rescored["turn-2"] > dense["turn-2"]
-    for turn in ("turn-0", "turn-1"):
-        assert rescored[turn] == pytest.approx(dense[turn], abs=1e-5)

@@ -38,6 +38,7 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
 from schemas.memory import MemoryKind
@@ -89,7 +90,7 @@ def test_a_turn_is_forwarded_only_off_its_keys_partition(key: bytes | None, arri
 
 def test_keyless_and_mismatched_turns_are_dead_lettered(tmp_path: Path) -> None:
     turn = next(generate(users=1, days=3, seed=2))
-    shards = EdgeShards(tmp_path / "store", [units_spec(64)])
+    shards = EdgeShards(tmp_path / "store", [units_spec(64), views_spec(64)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(64), shards)
     batch = [
         Incoming(turn.to_bytes(), None, "turns", 0, 0),
@@ -166,7 +167,10 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     assert sum(rerouted.values()) == sum(off.values())
 
     # Every unit stored once, in its key's shard; consolidation and the tree found them there.
-    shards = open_shards(settings, [units_spec(settings.hash_dim), memories_spec(settings.hash_dim)])
+    shards = open_shards(
+        settings,
+        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
+    )
     try:
         where = {p: shards.get(p) for p in range(n)}
         units = [(p, unit_from_payload(h.payload)) for p, s in where.items() for h in scroll_all(s, UNITS)]

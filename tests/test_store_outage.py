@@ -22,6 +22,7 @@ from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
 from memstream.core.store import StoreUnavailable, VectorStore
+from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
 from streams.ingest import Incoming, IngestProcessor
 
@@ -59,7 +60,7 @@ class FlakyStore:
 
 class FlakyShards(EdgeShards):
     def __init__(self, root: Path, outage: Outage) -> None:
-        super().__init__(root, [units_spec(384)])
+        super().__init__(root, [units_spec(384), views_spec(384)])
         self._outage = outage
 
     def get(self, partition: int) -> VectorStore:

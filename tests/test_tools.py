@@ -29,6 +29,7 @@ from memstream.core.recall.tools import (
     run_tool,
 )
 from memstream.core.store import Point, VectorStore
+from memstream.core.unit_views import views_spec
 from memstream.core.units import unit_payload, units_spec
 from schemas.events import Unit, unit_id_for
 from schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
@@ -437,6 +438,7 @@ def populate(store: VectorStore, user: str) -> set[str]:
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[VectorStore, dict[str, set[str]]]:
     store = EdgeStore(tmp_path_factory.mktemp("tools"))
     store.ensure_collection(units_spec(EMBEDDER.dim))
+    store.ensure_collection(views_spec(EMBEDDER.dim))
     store.ensure_collection(memories_spec(EMBEDDER.dim))
     return store, {user: populate(store, user) for user in USERS}
 

@@ -37,6 +37,7 @@ from memstream.core.tree import (
     unpark,
     waits,
 )
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from memstream.core.windows import advance, close_idle
 from schemas.events import Deferred, WindowClosed
@@ -223,7 +224,7 @@ def test_durative_clusters_separate_topics_and_are_deterministic() -> None:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
-    return EdgeShards(tmp_path_factory.mktemp("store"), [units_spec(8)]).get(0)
+    return EdgeShards(tmp_path_factory.mktemp("store"), [units_spec(8), views_spec(8)]).get(0)
 
 
 def summarise(

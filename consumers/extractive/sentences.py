@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from consumers.writer import Source, Written
 from memstream.core.dates import parse_date, render_interval
 from memstream.core.semantic_time import extract_event_times
+from memstream.core.sentences import split_sentences
 from schemas.events import EventTime
 
 MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")
@@ -47,11 +48,6 @@ class Sentence:
 
 
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-_BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z])")
-# In our own narratives a sentence may start with a lower-case speaker label ("user-7: I ran...").
-_LABELLED_BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z]|[^\W_][\w'’.@-]*: )")
-_ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
-_BRACKETED = re.compile(r"\s*\[[^\]]*\]")  # LoCoMo's "[shares a photo: ...]": a caption, not speech
 _UTTERANCE = re.compile(r"^(?P<speaker>[^:\n]{1,128}?): (?P<content>.*)$")
 # Our own headers ("Day 8 May 2023:", "Topic in May 2023: ..."), and any short line ending in a colon.
 _HEADER = re.compile(
@@ -74,20 +70,6 @@ INTERJECTIONS = word_set(
     "hey hi hello wow whoa oh ooh aw aww yeah yes yep yup yay ok okay omg haha lol hmm well sure "
     "absolutely totally definitely cool nice awesome great amazing so"
 )
-
-
-def split_sentences(text: str, *, labelled: bool = False) -> list[str]:
-    """``text`` cut into sentences at . ! ? followed by a non-lowercase start (or, ``labelled``, a
-    ``speaker: `` label); captions dropped."""
-    boundary = _LABELLED_BOUNDARY if labelled else _BOUNDARY
-    pieces: list[str] = []
-    for piece in boundary.split(_BRACKETED.sub("", text).strip()):
-        piece = piece.strip()
-        if pieces and _ABBREVIATION.search(pieces[-1]):
-            pieces[-1] = f"{pieces[-1]} {piece}"  # "Dr. Smith" is one sentence
-        elif piece:
-            pieces.append(piece)
-    return pieces
 
 
 def is_question(text: str) -> bool:

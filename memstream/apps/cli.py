@@ -140,12 +140,6 @@ def _parser() -> argparse.ArgumentParser:
         help="tenant the conversations are stored under (default %(default)r, the tenant a gateway without "
         "API keys reads)",
     )
-    lo.add_argument(
-        "--unit-views",
-        action="store_true",
-        help="prototype: score a unit by the mean of its whole-turn, best-sentence and contextual (after the "
-        "turn before it) cosines, the extra vectors computed by the eval from the raw turns",
-    )
     lo.set_defaults(func=_cmd_eval_locomo)
 
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
@@ -304,7 +298,6 @@ def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
             args.budget,
             tenant=args.tenant,
             progress=sys.stderr.isatty(),
-            unit_views=args.unit_views,
         )
     )
     if args.out:

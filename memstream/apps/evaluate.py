@@ -48,7 +48,6 @@ import orjson
 from tqdm import tqdm
 
 from consumers import build_consolidation
-from consumers.extractive.sentences import split_sentences
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
@@ -58,9 +57,10 @@ from memstream.apps.datasets import locomo_turns, parse_locomo_time, session_num
 from memstream.apps.scoring import answer_recall, id_recall, text_recall
 from memstream.core.embedder import Embedder
 from memstream.core.memories import memories_spec
-from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, UNIT_VIEWS
-from memstream.core.recall.engine import UnitVectors, recall
+from memstream.core.recall.config import FLAT_HYBRID
+from memstream.core.recall.engine import recall
 from memstream.core.recall.rank import tokens
+from memstream.core.unit_views import views_spec
 from memstream.core.units import render_text, units_spec
 from schemas.events import DEFAULT_TENANT, partition_key
 from streams.ingest import IngestProcessor
@@ -137,7 +137,10 @@ def _text_or_none(value: Any) -> str | None:
 
 async def build_memory(settings: Settings, embedder: Embedder, path: Path, tenant: str) -> EdgeShards:
     """Ingest and consolidate the whole file on a fresh store under ``settings.data_dir``."""
-    shards = EdgeShards(settings.data_dir / "store", [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = EdgeShards(
+        settings.data_dir / "store",
+        [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
+    )
     processor = IngestProcessor(settings, embedder, shards)
     events = await ingest_all(processor, locomo_turns(path, tenant=tenant), settings.batch_size)
     await consolidate_all(build_consolidation(settings, embedder, processor.theta_sim), shards.get(0), events)
@@ -150,10 +153,7 @@ async def evaluate(
     budgets: Sequence[int],
     tenant: str = DEFAULT_TENANT,
     progress: bool = True,
-    unit_views: bool = False,
 ) -> dict[str, Any]:
-    """``unit_views``: recall runs on ``config.UNIT_VIEWS`` with each unit's sentence and contextual vectors
-    (``_unit_vectors``, computed here from the raw turns: a prototype of what ingest would store)."""
     conversations, skipped = load(path, tenant)
     total = sum(len(c.questions) for c in conversations)
     rows: list[dict[str, Any]] = []
@@ -162,14 +162,7 @@ async def evaluate(
         embedder = make_embedder(settings)
         shards = await build_memory(settings, embedder, path, tenant)
         bar = tqdm(total=total, desc="questions", disable=not progress)
-        config = UNIT_VIEWS if unit_views else DEFAULT
-        session_of = (
-            {(t.key, t.turn_id): t.session_id for t in locomo_turns(path, tenant=tenant)}
-            if unit_views
-            else {}
-        )
         for conv in conversations:
-            views = _unit_vectors(embedder, conv, session_of) if unit_views else None
             lines = [t.line for t in conv.turns]
             position = {t.turn_id: i for i, t in enumerate(conv.turns)}
             turn_vectors = embedder.embed([t.text for t in conv.turns])
@@ -188,8 +181,6 @@ async def evaluate(
                         query=q.text,
                         now=conv.now,
                         budget_tokens=budget,
-                        config=config,
-                        unit_vectors=views,
                     )
                     items = [item for item, _ in result.items]
                     cell: dict[str, Any] = {
@@ -246,47 +237,11 @@ async def evaluate(
         "embedder": settings.embedder,
         "writer": "llm" if settings.llm_base_url else "extractive",
         "budgets": list(budgets),
-        "unit_views": unit_views,
         "conversations": len(conversations),
         "questions": len(rows),
         "skipped_questions": skipped,
         "scores": aggregate(rows, budgets),
         "per_question": rows,
-    }
-
-
-_CAPTION = re.compile(r"\[shares a photo: ([^\]]*)\]")
-
-
-def _unit_vectors(
-    embedder: Embedder, conv: Conversation, session_of: dict[tuple[str, str], str]
-) -> dict[str, UnitVectors]:
-    """Prototype (issue 16): what ingest would store besides a unit's vector: one vector per sentence
-    ("Speaker: sentence"; a photo caption is a sentence of its own) and the unit embedded after the
-    turn before it in the same session."""
-    texts = [t.text for t in conv.turns]
-    sentences: list[str] = []
-    owner: list[int] = []
-    for i, text in enumerate(texts):
-        speaker, _, content = text.partition(": ")
-        mine = [f"{speaker}: {s}" for s in split_sentences(content)]
-        mine += [f"{speaker} shares a photo: {c}" for c in _CAPTION.findall(content)]
-        for sentence in mine or [text]:
-            sentences.append(sentence)
-            owner.append(i)
-    sentence_vectors = embedder.embed(sentences)
-    session = [session_of[(conv.user_key, t.turn_id)] for t in conv.turns]
-    contextual = [
-        f"{texts[i - 1]}\n{texts[i]}" if i > 0 and session[i - 1] == session[i] else texts[i]
-        for i in range(len(texts))
-    ]
-    context_vectors = embedder.embed(contextual)
-    rows: dict[int, list[int]] = defaultdict(list)
-    for n, i in enumerate(owner):
-        rows[i].append(n)
-    return {
-        t.turn_id: UnitVectors(sentence_vectors[rows[i]], context_vectors[i])
-        for i, t in enumerate(conv.turns)
     }
 
 

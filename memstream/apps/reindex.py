@@ -15,6 +15,7 @@ from memstream.adapters.kafka import partition_for, read_topic
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import Filter, all_stores, open_shards
 from memstream.core.memories import MEMORIES, memories_spec
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from schemas.memory import MemoryUpdate
 from schemas.topics import MEMORY_UPDATES
@@ -28,7 +29,9 @@ class Reindexed:
 
 async def reindex(settings: Settings) -> Reindexed:
     embedder = make_embedder(settings)
-    shards = open_shards(settings, [units_spec(embedder.dim), memories_spec(embedder.dim)])
+    shards = open_shards(
+        settings, [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
     try:
         records = await read_topic(settings, settings.topic(MEMORY_UPDATES.name))
         for store in all_stores(shards, settings.topic_partitions):

@@ -29,6 +29,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards
 from memstream.apps.status import worker_ports
 from memstream.core.memories import memories_spec
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from streams.app import build_app
 from streams.ingest import IngestProcessor
@@ -65,7 +66,7 @@ def run_up(settings: Settings) -> int:
 def run_worker(settings: Settings) -> None:
     """One faust worker in this process."""
     embedder = make_embedder(settings)
-    specs = [units_spec(embedder.dim)]
+    specs = [units_spec(embedder.dim), views_spec(embedder.dim)]
     if {"consolidate", "index"} & set(settings.roles):
         specs.append(memories_spec(embedder.dim))
     shards = open_shards(settings, specs)

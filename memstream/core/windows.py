@@ -51,6 +51,9 @@ class UserWindows:
     last_ts: datetime  # latest dialogue time seen
     last_seen: float  # wall-clock (epoch s) of the latest event, for idleness
     late_events: int = 0
+    # The latest unit's id (by dialogue time): the unit before the next one of its session, whose
+    # vector that unit's context view adds (memstream.core.unit_views).
+    last_unit_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +64,7 @@ class UserWindows:
             "last_ts": self.last_ts.isoformat(),
             "last_seen": self.last_seen,
             "late_events": self.late_events,
+            "last_unit_id": self.last_unit_id,
         }
 
     @classmethod
@@ -73,6 +77,7 @@ class UserWindows:
             last_ts=datetime.fromisoformat(data["last_ts"]),
             last_seen=float(data["last_seen"]),
             late_events=int(data.get("late_events", 0)),
+            last_unit_id=data.get("last_unit_id"),
         )
 
 

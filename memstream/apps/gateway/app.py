@@ -47,6 +47,7 @@ from memstream.core.recall.engine import Recalled
 from memstream.core.recall.tools import run_tool
 from memstream.core.recall.wire import Ask
 from memstream.core.store import Filter, Range, StoreUnavailable, VectorStore, scroll_all
+from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import UNITS, USER_FIELD
 from memstream.core.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
@@ -403,7 +404,9 @@ def create_app(settings: Settings) -> FastAPI:
         """Forget a user: every unit and memory of theirs, in every collection; a tombstone is
         recorded on the ``tombstones`` topic. Returns what was deleted."""
         key = partition_key(tenant, user_id)
-        units, memories = await run_in_threadpool(erase_user, svc.store(key), key, [UNITS, MEMORIES])
+        units, memories, _ = await run_in_threadpool(
+            erase_user, svc.store(key), key, [UNITS, MEMORIES, UNIT_VIEWS]
+        )
         stone = Tombstone(
             tenant=tenant, user_id=user_id, deleted_at=datetime.now(UTC), units=units, memories=memories
         )

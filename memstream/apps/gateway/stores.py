@@ -6,6 +6,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.remote import OwnerShards
 from memstream.adapters.store.shards import Shards, open_shards
 from memstream.core.memories import memories_spec
+from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 
 
@@ -13,7 +14,7 @@ def gateway_shards(settings: Settings, dim: int) -> Shards:
     """The stores as a process that owns no partition reads them: the Qdrant server directly, or
     each embedded partition through the worker that holds it."""
     if settings.store == "qdrant":
-        return open_shards(settings, [units_spec(dim), memories_spec(dim)])
+        return open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
     urls = settings.worker_urls or [
         f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
     ]

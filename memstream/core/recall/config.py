@@ -22,11 +22,12 @@ class RecallConfig:
     max_session_lookups: int  # activated units whose session is looked up when it was not fetched
     levels: tuple[int, ...]  # levels returned when the caller names none (1: leaves)
     # A unit's dense score: turn_weight * its whole-turn cosine + sentence_weight * the best cosine of its
-    # sentences + context_weight * the cosine of it embedded after the turn before it; the last two need
-    # the unit's side vectors (``engine.recall``'s ``unit_vectors``), else the whole-turn cosine is kept.
-    turn_weight: float = 1.0
-    sentence_weight: float = 0.0
-    context_weight: float = 0.0
+    # sentences + context_weight * the cosine of its context view (memstream.core.unit_views).
+    turn_weight: float
+    sentence_weight: float
+    context_weight: float
+    sentence_candidates: int  # the user's sentence views nearest the query, fetched
+    context_candidates: int  # the user's context views nearest the query, fetched
 
 
 DEFAULT = RecallConfig(
@@ -50,16 +51,27 @@ DEFAULT = RecallConfig(
     # Leaves only: extractive tree nodes chosen by gain per token cost text and answer recall on LoCoMo
     # dev; they stay reachable by asking for their levels.
     levels=(1,),
+    # Equal thirds (picked among four mixes on LoCoMo dev, bench/RESULTS.md): sentences lift questions
+    # whose answer is one sentence of a long turn, the context view replies that only make sense after
+    # the turn they answer; together they beat either.
+    turn_weight=1 / 3,
+    sentence_weight=1 / 3,
+    context_weight=1 / 3,
+    # About 3.4 sentences a unit: enough to cover the unit candidates' best sentences and contexts;
+    # a unit beyond them scores the last hit's cosine (engine._with_views).
+    sentence_candidates=1000,
+    context_candidates=400,
 )
 
 # The eval's flat hybrid baseline (memstream.apps.baselines): the user's raw turns scored with TiMem's 0.9,
 # none of recall's smoothing or filtering. The baseline reads ``lam``; recall run with this preset is the
 # same flat scoring over the store's candidates.
-FLAT_HYBRID = replace(DEFAULT, lam=0.9, neighbour_weight=0.0, min_content_words=0)
-
-# Prototype (issue 16, not yet stored at ingest): a unit's dense score as the mean of its whole-turn cosine,
-# its best sentence's cosine and its cosine embedded after the turn before it. Needs the units' side
-# vectors (``engine.recall``'s ``unit_vectors``); ``memstream eval locomo --unit-views`` computes them from
-# the raw turns. On LoCoMo dev: text +4.0 / +3.7, multi-hop text +4.1 / +7.3, answer +2.4 / +0.2 at
-# 500 / 1000 tokens, no category lower (bench run of 2026-11-25, branch wt-sent16).
-UNIT_VIEWS = replace(DEFAULT, turn_weight=1 / 3, sentence_weight=1 / 3, context_weight=1 / 3)
+FLAT_HYBRID = replace(
+    DEFAULT,
+    lam=0.9,
+    neighbour_weight=0.0,
+    min_content_words=0,
+    turn_weight=1.0,
+    sentence_weight=0.0,
+    context_weight=0.0,
+)

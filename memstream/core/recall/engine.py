@@ -1,12 +1,13 @@
 """Recall over one user's store: the thin shell that fetches candidates and their ancestors for ``rank``.
 
-Per call: two batched searches (units dense + BM25, then episodes, facts and sessions), at most
+Per call: three batched searches (units dense + BM25; the units' sentence and context views; episodes,
+facts and sessions), at most
 ``config.max_session_lookups`` session lookups, one read per tree level above; the steps: docs/recall.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
 from memstream.core.store import Filter, SearchQuery, VectorStore
+from memstream.core.unit_views import CONTEXT, OF_FIELD, SENTENCE, UNIT_VIEWS, VIEW_FIELD
 from memstream.core.units import UNIT_FIELD, UNITS, USER_FIELD
 from schemas.memory import Memory, MemoryKind
 
@@ -49,7 +51,6 @@ def recall(
     levels: Sequence[int] | None = None,
     config: RecallConfig = DEFAULT,
     vector: npt.NDArray[np.float32] | None = None,
-    unit_vectors: Mapping[str, UnitVectors] | None = None,
 ) -> Recalled:
     """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
     ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
@@ -67,8 +68,8 @@ def recall(
         vector = embedder.embed([query])[0]
 
     leaves, sessions = _candidates(store, vector, query, user_key, config)
-    if unit_vectors is not None and (config.sentence_weight or config.context_weight):
-        leaves = [_rescored(leaf, vector, unit_vectors, config) for leaf in leaves]
+    if config.sentence_weight or config.context_weight:
+        leaves = _with_views(store, vector, user_key, leaves, config)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -100,29 +101,51 @@ def recall(
     return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
 
 
-@dataclass(frozen=True)
-class UnitVectors:
-    """A unit's side vectors (prototype, issue 16): one per sentence ("Speaker: sentence"), and one of the
-    unit embedded after the turn before it in its session (that turn's line, then the unit's)."""
-
-    sentences: npt.NDArray[np.float32]  # (n, dim)
-    context: npt.NDArray[np.float32]  # (dim,)
-
-
-def _rescored(
-    leaf: rank.Item, vector: npt.NDArray[np.float32], views: Mapping[str, UnitVectors], config: RecallConfig
-) -> rank.Item:
-    """A unit's dense score as a mix of its whole-turn, best-sentence and contextual cosines."""
-    view = views.get(leaf.source_turn_ids[0]) if leaf.kind == "unit" else None
-    if view is None:
-        return leaf
-    best = float((view.sentences @ vector).max()) if len(view.sentences) else leaf.dense
-    dense = (
-        config.turn_weight * leaf.dense
-        + config.sentence_weight * best
-        + config.context_weight * float(view.context @ vector)
+def _with_views(
+    store: VectorStore,
+    vector: npt.NDArray[np.float32],
+    user_key: str,
+    leaves: list[rank.Item],
+    config: RecallConfig,
+) -> list[rank.Item]:
+    """Units' dense scores as a mix of their whole-turn, best-sentence and context-view cosines
+    (``memstream.core.unit_views``), from one batched search of the user's views. A unit whose view
+    is not among the hits scores the lowest hit's cosine, an upper bound of its own; when the hits
+    are fewer than asked every view was returned, and a unit without one (stored before views
+    existed) keeps its whole-turn cosine."""
+    mine = {USER_FIELD: user_key}
+    limits = (config.sentence_candidates, config.context_candidates)
+    searched = store.search_many(
+        UNIT_VIEWS,
+        [
+            SearchQuery(vector, limit, Filter(equals={**mine, VIEW_FIELD: view}), with_payload=(OF_FIELD,))
+            for view, limit in zip((SENTENCE, CONTEXT), limits, strict=True)
+        ],
     )
-    return replace(leaf, dense=dense)
+    best: list[dict[str, float]] = []
+    floors: list[float | None] = []
+    for hits, limit in zip(searched, limits, strict=True):
+        scores: dict[str, float] = {}
+        for h in hits:  # best first: a unit's first hit is its best view
+            scores.setdefault(h.payload[OF_FIELD], h.score)
+        best.append(scores)
+        floors.append(hits[-1].score if len(hits) >= limit else None)
+
+    def view_score(leaf: rank.Item, n: int) -> float:
+        score = best[n].get(leaf.id, floors[n])
+        return leaf.dense if score is None else score
+
+    return [
+        replace(
+            leaf,
+            dense=config.turn_weight * leaf.dense
+            + config.sentence_weight * view_score(leaf, 0)
+            + config.context_weight * view_score(leaf, 1),
+        )
+        if leaf.kind == "unit"
+        else leaf
+        for leaf in leaves
+    ]
 
 
 def _candidates(
