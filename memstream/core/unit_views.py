@@ -16,7 +16,6 @@ view's (``RecallConfig.sentence_weight`` / ``context_weight``); docs/recall.md.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,18 +25,19 @@ import numpy.typing as npt
 from memstream.core.sentences import bracketed, split_sentences
 from memstream.core.store import CollectionSpec, Point
 from memstream.core.units import TENANT_FIELD, USER_FIELD
-from schemas.events import NAMESPACE, Unit
+from schemas.events import Unit
 
 UNIT_VIEWS = "unit_views"
 VIEW_FIELD = "view"  # SENTENCE or CONTEXT
 OF_FIELD = "unit_id"  # the unit a view belongs to
 SENTENCE = "sentence"
 CONTEXT = "context"
+MAX_SENTENCE_VIEWS = 255  # a view's slot is the last byte of its id; slot 0 is the context view
 
 
 def views_spec(dim: int) -> CollectionSpec:
     return CollectionSpec(
-        name=UNIT_VIEWS, dim=dim, keyword_fields=(USER_FIELD, VIEW_FIELD), tenant_field=TENANT_FIELD
+        name=UNIT_VIEWS, dim=dim, keyword_fields=(USER_FIELD,), tenant_field=TENANT_FIELD
     )
 
 
@@ -69,16 +69,29 @@ def context_vector(
 def view_points(
     unit: Unit, sentences: Sequence[npt.NDArray[np.float32]], context: npt.NDArray[np.float32]
 ) -> list[Point]:
-    """The unit's view points: its sentence vectors (in ``sentence_texts`` order), then its context."""
+    """The unit's view points: its context view, then its sentence vectors (in ``sentence_texts`` order,
+    the first ``MAX_SENTENCE_VIEWS``)."""
     base: dict[str, Any] = {USER_FIELD: unit.key, TENANT_FIELD: unit.tenant, OF_FIELD: unit.unit_id}
-    points = [
-        Point(_view_id(unit.unit_id, f"s{i}"), vector, {**base, VIEW_FIELD: SENTENCE})
-        for i, vector in enumerate(sentences)
+    points = [Point(view_id(unit.unit_id, 0), context, {**base, VIEW_FIELD: CONTEXT})]
+    points += [
+        Point(view_id(unit.unit_id, slot), vector, {**base, VIEW_FIELD: SENTENCE})
+        for slot, vector in enumerate(sentences[:MAX_SENTENCE_VIEWS], start=1)
     ]
-    points.append(Point(_view_id(unit.unit_id, "c"), context, {**base, VIEW_FIELD: CONTEXT}))
     return points
 
 
-def _view_id(unit_id: str, view: str) -> str:
-    """Deterministic, so that writing a unit's views again (a redelivery) replaces them."""
-    return str(uuid.uuid5(NAMESPACE, f"{unit_id}/view/{view}"))
+def view_id(unit_id: str, slot: int) -> str:
+    """The unit's id with its last byte replaced by the view's slot (0: context, 1-255: sentences):
+    deterministic, so writing a unit's views again replaces them, and readable back without the payload
+    (``unit_prefix``), which a search need not fetch. Two units' views could only meet if their uuid5
+    ids agreed in all their other 114 random bits."""
+    return f"{unit_id[:-2]}{slot:02x}"
+
+
+def unit_prefix(id_: str) -> str:
+    """What a view's id and its unit's id share (all but the last byte)."""
+    return id_[:-2]
+
+
+def is_context(view: str) -> bool:
+    return view.endswith("00")

@@ -26,8 +26,7 @@ class RecallConfig:
     turn_weight: float
     sentence_weight: float
     context_weight: float
-    sentence_candidates: int  # the user's sentence views nearest the query, fetched
-    context_candidates: int  # the user's context views nearest the query, fetched
+    view_candidates: int  # the user's sentence and context views nearest the query, fetched
 
 
 DEFAULT = RecallConfig(
@@ -57,10 +56,9 @@ DEFAULT = RecallConfig(
     turn_weight=1 / 3,
     sentence_weight=1 / 3,
     context_weight=1 / 3,
-    # About 3.4 sentences a unit: enough to cover the unit candidates' best sentences and contexts;
-    # a unit beyond them scores the last hit's cosine (engine._with_views).
-    sentence_candidates=1000,
-    context_candidates=400,
+    # About 4.4 views a unit: enough to cover the unit candidates' best sentences and contexts; a unit
+    # beyond them scores the last hit's cosine (engine._unit_cosines).
+    view_candidates=1400,
 )
 
 # The eval's flat hybrid baseline (memstream.apps.baselines): the user's raw turns scored with TiMem's 0.9,

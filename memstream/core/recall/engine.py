@@ -23,8 +23,8 @@ from memstream.core.memories import KIND_FIELD, MEMORIES, MEMORY_FIELD
 from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
-from memstream.core.store import Filter, SearchQuery, VectorStore
-from memstream.core.unit_views import CONTEXT, OF_FIELD, SENTENCE, UNIT_VIEWS, VIEW_FIELD
+from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
+from memstream.core.unit_views import UNIT_VIEWS, is_context, unit_prefix
 from memstream.core.units import UNIT_FIELD, UNITS, USER_FIELD
 from schemas.memory import Memory, MemoryKind
 
@@ -68,8 +68,6 @@ def recall(
         vector = embedder.embed([query])[0]
 
     leaves, sessions = _candidates(store, vector, query, user_key, config)
-    if config.sentence_weight or config.context_weight:
-        leaves = _with_views(store, vector, user_key, leaves, config)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -101,51 +99,38 @@ def recall(
     return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
 
 
-def _with_views(
+def _unit_cosines(
     store: VectorStore,
     vector: npt.NDArray[np.float32],
     user_key: str,
-    leaves: list[rank.Item],
+    hits: Sequence[Hit],
     config: RecallConfig,
-) -> list[rank.Item]:
-    """Units' dense scores as a mix of their whole-turn, best-sentence and context-view cosines
-    (``memstream.core.unit_views``), from one batched search of the user's views. A unit whose view
-    is not among the hits scores the lowest hit's cosine, an upper bound of its own; when the hits
-    are fewer than asked every view was returned, and a unit without one (stored before views
-    existed) keeps its whole-turn cosine."""
-    mine = {USER_FIELD: user_key}
-    limits = (config.sentence_candidates, config.context_candidates)
-    searched = store.search_many(
-        UNIT_VIEWS,
-        [
-            SearchQuery(vector, limit, Filter(equals={**mine, VIEW_FIELD: view}), with_payload=(OF_FIELD,))
-            for view, limit in zip((SENTENCE, CONTEXT), limits, strict=True)
-        ],
-    )
-    best: list[dict[str, float]] = []
-    floors: list[float | None] = []
-    for hits, limit in zip(searched, limits, strict=True):
-        scores: dict[str, float] = {}
-        for h in hits:  # best first: a unit's first hit is its best view
-            scores.setdefault(h.payload[OF_FIELD], h.score)
-        best.append(scores)
-        floors.append(hits[-1].score if len(hits) >= limit else None)
-
-    def view_score(leaf: rank.Item, n: int) -> float:
-        score = best[n].get(leaf.id, floors[n])
-        return leaf.dense if score is None else score
-
-    return [
-        replace(
-            leaf,
-            dense=config.turn_weight * leaf.dense
-            + config.sentence_weight * view_score(leaf, 0)
-            + config.context_weight * view_score(leaf, 1),
+) -> list[float]:
+    """The units' dense scores: their whole-turn cosines (``hits``) mixed with their best sentence's and
+    their context view's (``memstream.core.unit_views``), from one search of the user's nearest views
+    (ids only: a view's id names its unit and its kind). A unit whose view is not among them takes the
+    lowest one's cosine, an upper bound of its own; when fewer came back than were asked every view did,
+    and a unit without one (stored before views existed) keeps its whole-turn cosine."""
+    if not (config.sentence_weight or config.context_weight) or not hits:
+        return [h.score for h in hits]
+    mine = Filter(equals={USER_FIELD: user_key})
+    found = search(store, UNIT_VIEWS, vector, config.view_candidates, mine, with_payload=False)
+    floor = found[-1].score if len(found) >= config.view_candidates else None
+    sentences: dict[str, float] = {}
+    contexts: dict[str, float] = {}
+    for h in found:  # best first: a unit's first hit of a kind is its best
+        (contexts if is_context(h.id) else sentences).setdefault(unit_prefix(h.id), h.score)
+    out = []
+    for h in hits:
+        unit = unit_prefix(h.id)
+        sentence = sentences.get(unit, floor)
+        context = contexts.get(unit, floor)
+        out.append(
+            config.turn_weight * h.score
+            + config.sentence_weight * (h.score if sentence is None else sentence)
+            + config.context_weight * (h.score if context is None else context)
         )
-        if leaf.kind == "unit"
-        else leaf
-        for leaf in leaves
-    ]
+    return out
 
 
 def _candidates(
@@ -175,7 +160,8 @@ def _candidates(
             for k, limit in zip(kinds, limits, strict=True)
         ],
     )
-    leaves = [unit_item(h.payload, h.score) for h in units_hits]
+    cosines = _unit_cosines(store, vector, user_key, units_hits, config)
+    leaves = [unit_item(h.payload, cosine) for h, cosine in zip(units_hits, cosines, strict=True)]
     leaves += [memory_item(h.payload, h.score) for hits in memory_hits[:-1] for h in hits]
     sessions = [memory_item(h.payload, h.score) for h in memory_hits[-1]]
     return leaves, sessions
