@@ -38,19 +38,24 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
-from memstream.core.unit_views import views_spec
+from memstream.core.unit_views import views_spec, with_sentences
 from memstream.core.units import UNITS, render_text, unit_from_payload, units_spec
 from schemas.events import Turn
 from streams.ingest import Incoming, IngestProcessor
 
 
 def embedder_rate(settings: Settings, texts: list[str]) -> float:
-    """The embedder alone over ``texts``, in calls of the pipeline's batch size (turns/s)."""
+    """The embedder alone on what ingest embeds for ``texts`` (each turn, and the sentences of a turn of
+    several: ``with_sentences``), in calls of the pipeline's batch size (turns/s)."""
     embedder = make_embedder(settings)
-    embedder.embed(texts[: settings.embed_batch_size])  # warm-up
+    batches = [
+        with_sentences(texts[i : i + settings.batch_size])[0]
+        for i in range(0, len(texts), settings.batch_size)
+    ]
+    embedder.embed(batches[0][: settings.embed_batch_size])  # warm-up
     t0 = time.perf_counter()
-    for i in range(0, len(texts), settings.batch_size):
-        embedder.embed(texts[i : i + settings.batch_size])
+    for batch in batches:
+        embedder.embed(batch)
     return len(texts) / (time.perf_counter() - t0)
 
 

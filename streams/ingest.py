@@ -29,7 +29,7 @@ from memstream.core.embedder import Embedder, Vectors
 from memstream.core.recurrence import Neighbour, recurrence, top_k
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
-from memstream.core.unit_views import UNIT_VIEWS, context_vector, sentence_texts, view_points
+from memstream.core.unit_views import UNIT_VIEWS, context_vector, view_points, with_sentences
 from memstream.core.units import (
     BUFFER_FIELD,
     CONSOLIDATED,
@@ -238,23 +238,13 @@ class IngestProcessor:
 
     def _embed(self, units: list[Located[Unit]]) -> Embedded:
         """The units' texts and the sentences of those with more than one, in one embedder call."""
-        texts = [u.text for _, u in units]
-        sentences = [sentence_texts(t) for t in texts]
-        extra = [s for t, mine in zip(texts, sentences, strict=True) if mine != [t] for s in mine]
+        texts, rows = with_sentences([u.text for _, u in units])
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
             metrics.STAGE_SECONDS.labels("embed").time(),
         ):
-            vectors = self.embedder.embed(texts + extra)
-        rows: list[Vectors] = []
-        k = len(texts)
-        for i, (text, mine) in enumerate(zip(texts, sentences, strict=True)):
-            if mine == [text]:
-                rows.append(vectors[i : i + 1])
-            else:
-                rows.append(vectors[k : k + len(mine)])
-                k += len(mine)
-        return Embedded(vectors[: len(texts)], rows)
+            vectors = self.embedder.embed(texts)
+        return Embedded(vectors[: len(units)], [vectors[r] for r in rows])
 
     def _record(
         self,

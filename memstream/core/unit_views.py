@@ -36,9 +36,7 @@ MAX_SENTENCE_VIEWS = 255  # a view's slot is the last byte of its id; slot 0 is 
 
 
 def views_spec(dim: int) -> CollectionSpec:
-    return CollectionSpec(
-        name=UNIT_VIEWS, dim=dim, keyword_fields=(USER_FIELD,), tenant_field=TENANT_FIELD
-    )
+    return CollectionSpec(name=UNIT_VIEWS, dim=dim, keyword_fields=(USER_FIELD,), tenant_field=TENANT_FIELD)
 
 
 def sentence_texts(text: str) -> list[str]:
@@ -53,6 +51,22 @@ def sentence_texts(text: str) -> list[str]:
         out += [label + s for s in split_sentences(content)]
         out += [label + aside for aside in bracketed(content)]
     return out if len(out) > 1 else [text]
+
+
+def with_sentences(texts: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+    """What ingest embeds for units of these texts, in one call: the texts, then the sentences of those
+    with more than one; and for each unit the rows of its sentence views (its own row when it is one
+    sentence)."""
+    out = list(texts)
+    rows: list[list[int]] = []
+    for i, text in enumerate(texts):
+        mine = sentence_texts(text)
+        if mine == [text]:
+            rows.append([i])
+        else:
+            rows.append(list(range(len(out), len(out) + len(mine))))
+            out += mine
+    return out, rows
 
 
 def context_vector(
