@@ -237,8 +237,12 @@ class IngestProcessor:
         return new, replayed, known
 
     def _embed(self, units: list[Located[Unit]]) -> Embedded:
-        """The units' texts and the sentences of those with more than one, in one embedder call."""
-        texts, rows = with_sentences([u.text for _, u in units])
+        """The units' texts and the sentences of those with more than one, in one embedder call; without
+        ``sentence_views`` a unit's one sentence view is its whole-turn vector."""
+        own = [u.text for _, u in units]
+        texts, rows = (
+            with_sentences(own) if self.settings.sentence_views else (own, [[i] for i in range(len(own))])
+        )
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
             metrics.STAGE_SECONDS.labels("embed").time(),

