@@ -29,6 +29,7 @@ embedded store, the user's shard).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 import faust
@@ -69,8 +70,14 @@ from streams.ingest import IngestProcessor
 from streams.key_ordered import HELD_PER_CALL, KeyOrdered
 from streams.pages import Readiness, add_pages
 from streams.publish import Publisher
+from streams.read_leases import ReadLeases
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from streams.routing import misplaced
+
+log = logging.getLogger("memstream")
+# How long a rebalance waits for the recalls still reading a revoked partition's store (a recall takes
+# tens of milliseconds; the consumer group's rebalance timeout is far longer).
+RELEASE_WAIT_S = 10.0
 
 INDEX_BATCH_WITHIN_S = 0.02
 
@@ -254,11 +261,16 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         holding.update(tp.partition for tp in assigned if tp.topic in data_topics)
         barrier.takeover.assigned(holding)
 
+    leases = ReadLeases(settings.worker_recall_concurrency)
+
     def release_stores(revoked: set[TP]) -> None:
         # Sent after faust has waited for in-flight batches; the partitions' next owner opens
-        # their stores.
+        # their stores. Recalls running in threads on them finish first (no new one starts: they
+        # are no longer held, and the loop is here).
         gone = sorted({tp.partition for tp in revoked if tp.topic in data_topics})
         holding.difference_update(gone)
+        if not leases.wait_idle(gone, RELEASE_WAIT_S):
+            log.warning("closing the stores of partitions %s under a recall still running", gone)
         processor.shards.release(gone)
         for tp in revoked:
             metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
@@ -283,7 +295,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     async def report_lag() -> None:
         update_lag()
 
-    add_pages(app, readiness, processor, held, update_lag)
+    add_pages(app, readiness, processor, held, update_lag, leases)
     return app
 
 

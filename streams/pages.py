@@ -4,6 +4,7 @@ holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.rem
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from memstream.adapters import metrics
 from memstream.adapters.remote_recall import serve_recall
 from memstream.adapters.store.remote import serve
 from streams.ingest import IngestProcessor
+from streams.read_leases import ReadLeases
 
 
 class Readiness:
@@ -42,6 +44,7 @@ def add_pages(
     processor: IngestProcessor,
     held: Callable[[], set[int]],
     update_lag: Callable[[], None],
+    leases: ReadLeases,
 ) -> None:
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -86,14 +89,23 @@ def add_pages(
     @app.page("/recall/{partition}")
     class RecallView(faust.web.View):
         """A gateway's recall, run here on a partition this worker holds: one request instead of one
-        per store call. In the event loop, like the store calls: the shard cannot be released under it."""
+        per store call. In a thread, so the event loop keeps ingesting, under a lease that keeps a
+        rebalance from closing the shard meanwhile; past ``leases.limit`` recalls at once, 503 (the
+        gateway sheds it) rather than a queue that would starve ingest."""
 
         async def post(self, request: Any, partition: str) -> Any:
-            query = await request.read()  # first: no await between the check and the store's use
+            query = await request.read()  # first: no await between the check and the lease
             if not partition.isdigit() or int(partition) not in held():
                 return self.error(409, f"partition {partition} is not held here")
+            p = int(partition)
+            if not leases.try_enter(p):
+                metrics.WORKER_RECALLS_SHED.inc()
+                return self.error(503, f"{leases.limit} recalls already running on this worker")
             try:
-                body = serve_recall(processor.shards.get(int(partition)), processor.embedder, query)
+                store = processor.shards.get(p)
+                body = await asyncio.to_thread(serve_recall, store, processor.embedder, query)
             except ValueError as exc:
                 return self.error(400, str(exc))
+            finally:
+                leases.exit(p)
             return self.bytes(body, content_type="application/json")

@@ -126,6 +126,10 @@ GATEWAY_SHED = Counter(
     ["route"],
 )
 USERS_DELETED = Counter("memstream_users_deleted", "Users forgotten through DELETE", ["tenant"])
+WORKER_RECALLS_SHED = Counter(
+    "memstream_worker_recalls_shed",
+    "Recalls a worker refused with 503 because MEMSTREAM_WORKER_RECALL_CONCURRENCY were already running",
+)
 
 
 def snapshot() -> dict[str, dict[str, float]]:

@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         description="requests in flight per gateway process; more get 503 with Retry-After at once "
         "(not /healthz, /readyz, /metrics)",
     )
+    worker_recall_concurrency: int = Field(
+        2,
+        ge=1,
+        description="recalls a worker runs at once for gateways (in threads, beside ingest); more are "
+        "refused with 503 and shed by the gateway",
+    )
     worker_urls: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="workers' /status and /store URLs for a gateway on the embedded store, comma-separated; "
