@@ -37,8 +37,9 @@ from memstream.core.unit_views import (
     views_spec,
 )
 from memstream.core.units import UNITS, USER_FIELD, units_spec
-from schemas.events import Message, Turn
+from schemas.events import Turn
 from streams.ingest import Incoming, IngestProcessor
+from tests.test_recall_engine import _store_of
 
 EMBEDDER = HashingEmbedder(384)
 Vector = npt.NDArray[np.float32]
@@ -152,21 +153,6 @@ TEXTS = [
 QUERY = "hiking at dawn in the mountains"
 
 
-def _one_session(tmp: Path) -> EdgeShards:
-    turns = [
-        Turn(
-            tenant="t",
-            user_id="anna",
-            session_id="s1",
-            turn_id=f"turn-{i}",
-            ts=datetime(2024, 5, 1, 10, i, tzinfo=UTC),
-            messages=[Message(speaker="Anna", content=text)],
-        )
-        for i, text in enumerate(TEXTS)
-    ]
-    return _ingest(tmp, turns, len(turns))
-
-
 def _dense(store: VectorStore, config: RecallConfig) -> dict[str, float]:
     result = recall(
         store,
@@ -180,7 +166,7 @@ def _dense(store: VectorStore, config: RecallConfig) -> dict[str, float]:
 
 
 def test_recall_mixes_a_units_turn_sentence_and_context_cosines(tmp_path: Path) -> None:
-    shards = _one_session(tmp_path)
+    shards = _store_of(tmp_path, TEXTS)
     store = shards.get(0)
     q = EMBEDDER.embed([QUERY])[0]
     turns = EMBEDDER.embed([f"Anna: {t}" for t in TEXTS])
@@ -213,7 +199,7 @@ def test_recall_mixes_a_units_turn_sentence_and_context_cosines(tmp_path: Path) 
 def test_units_stored_without_views_keep_their_whole_turn_cosine(tmp_path: Path) -> None:
     """A store written before views existed: fewer view hits than asked, so a unit without views is
     scored by its whole-turn cosine alone."""
-    shards = _one_session(tmp_path)
+    shards = _store_of(tmp_path, TEXTS)
     store = shards.get(0)
     store.delete(UNIT_VIEWS, Filter())
     q = EMBEDDER.embed([QUERY])[0]
