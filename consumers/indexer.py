@@ -8,7 +8,7 @@ does nothing. Replaying the topic from the start (``memstream reindex``) rebuild
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memstream.core.embedder import Embedder, embed_missing
 from memstream.core.memories import (
@@ -23,29 +23,40 @@ from memstream.core.memories import (
 from memstream.core.store import Filter, Point, VectorStore
 from schemas.memory import MemoryOp, MemoryUpdate
 
+# Whether an update may still be written (a deleted user's may not).
+Keep = Callable[[MemoryUpdate], bool]
+
 
 class Indexer:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
 
-    async def apply(self, store: VectorStore, updates: Sequence[MemoryUpdate]) -> None:
-        """Apply in order; consecutive upserts are embedded and written as one batch."""
+    async def apply(
+        self, store: VectorStore, updates: Sequence[MemoryUpdate], keep: Keep = lambda _: True
+    ) -> None:
+        """Apply in order; consecutive upserts are embedded and written as one batch.
+
+        ``keep`` is asked right before each write, with nothing awaited in between: a user erased
+        while an embedding ran (streams/handlers.py, Forgetting) gets none of it written back."""
         run: list[MemoryUpdate] = []
         for update in updates:
             if update.op == MemoryOp.UPSERT:
                 run.append(update)
                 continue
-            await self._upsert(store, run)
+            await self._upsert(store, run, keep)
             run = []
+            if not keep(update):
+                continue
             if update.op == MemoryOp.INVALIDATE:
                 self._invalidate(store, update)
             else:
                 store.delete(MEMORIES, Filter(equals={ID_FIELD: update.memory_id}))
-        await self._upsert(store, run)
+        await self._upsert(store, run, keep)
 
-    async def _upsert(self, store: VectorStore, run: list[MemoryUpdate]) -> None:
+    async def _upsert(self, store: VectorStore, run: list[MemoryUpdate], keep: Keep) -> None:
         # The last upsert of an id in the run wins, as it would applied one by one.
-        memories = list({u.memory_id: u.memory for u in run if u.memory is not None}.values())
+        last = {u.memory_id: u for u in run if u.memory is not None}
+        memories = [u.memory for u in last.values() if u.memory is not None and keep(u)]
         if not memories:
             return
         # A memory whose text is what the store holds keeps its vector: only its payload is
@@ -68,9 +79,13 @@ class Indexer:
         texts = [m.text for m in fresh]
         reused = stored_vectors(store, only_child, texts)
         vectors = await asyncio.to_thread(embed_missing, self.embedder, texts, reused)
-        store.upsert(
-            MEMORIES, [Point(m.memory_id, v, memory_payload(m)) for m, v in zip(fresh, vectors, strict=True)]
-        )
+        points = [
+            Point(m.memory_id, v, memory_payload(m))
+            for m, v in zip(fresh, vectors, strict=True)
+            if keep(last[m.memory_id])
+        ]
+        if points:
+            store.upsert(MEMORIES, points)
 
     def _invalidate(self, store: VectorStore, update: MemoryUpdate) -> None:
         found = store.retrieve(MEMORIES, [update.memory_id])

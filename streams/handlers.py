@@ -394,7 +394,9 @@ class Indexing:
 
     def __init__(
         self,
-        apply: Callable[[VectorStore, Sequence[MemoryUpdate]], Awaitable[None]],
+        apply: Callable[
+            [VectorStore, Sequence[MemoryUpdate], Callable[[MemoryUpdate], bool]], Awaitable[None]
+        ],
         store_of: StoreOf,
         gone: Gone,
         clock: Clock,
@@ -408,6 +410,7 @@ class Indexing:
 
     async def batch(self, records: Sequence[Received]) -> list[Decision]:
         by_partition: dict[int, list[MemoryUpdate]] = {}
+        made: dict[int, Received] = {}  # by id() of the update: the record it came in
         dead: list[DeadLetter] = []
         dropped = 0
         for r in records:
@@ -419,8 +422,15 @@ class Indexing:
                 dead.extend(update.letters)
             else:
                 by_partition.setdefault(r.partition, []).append(update)
+                made[id(update)] = r
+
+        def keep(update: MemoryUpdate) -> bool:
+            # Asked again at each write: the user may have been erased while the batch embedded.
+            r = made[id(update)]
+            return not made_before(self.gone(r.key), r.timestamp)
+
         for partition, updates in by_partition.items():
-            write = partial(self.apply, self.store_of(partition), updates)
+            write = partial(self.apply, self.store_of(partition), updates, keep)
             await until_available(write, "index", self.sleep)
         return [Dropped("index", dropped), DeadLettered(dead)]
 

@@ -1,19 +1,32 @@
 """memstream/core/forgetting.py: erasing a user's points, and which records of a deleted user are still
-theirs."""
+theirs; the index agent's handler writes nothing back for a user erased while it worked."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumers.indexer import Indexer
+from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
+from memstream.core.embedder import Vectors
 from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
+from memstream.core.memories import MEMORIES, memories_spec, upsert
 from memstream.core.store import CollectionSpec, Point
 from memstream.core.units import USER_FIELD
+from schemas.events import Tombstone
+from schemas.topics import MEMORY_UPDATES, TOMBSTONES
+from streams.handlers import Forgetting, Indexing, Received
+from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
+from tests.test_own_writes import EMBEDDER, memory, stored
 
 GONE = Forgotten(deleted_at=100.0, handled_at=100.4)
 
@@ -56,4 +69,57 @@ def test_erasing_a_user_deletes_their_points_in_every_collection_and_counts_them
         2,
     ]  # bo's; a collection not named
     assert erase_user(store, "t/ada", ["units", "memories"]) == [0, 0]
+    store.close()
+
+
+class HeldEmbedder:
+    """The test embedder, held inside ``embed`` (the indexer runs it in a thread) until released."""
+
+    name, dim, default_theta_sim = EMBEDDER.name, EMBEDDER.dim, EMBEDDER.default_theta_sim
+
+    def __init__(self) -> None:
+        self.embedding, self.release = threading.Event(), threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.embedding.set()
+        assert self.release.wait(30), "never released"
+        return EMBEDDER.embed(texts)
+
+
+def test_an_index_batch_embedding_while_its_user_is_erased_writes_none_of_theirs_back(tmp_path: Path) -> None:
+    """The index agent does not hold the lock the ingest and forget agents share (streams/app.py): a
+    batch checked before the tombstone and written after the erase would bring the user back."""
+    store = EdgeStore(tmp_path / "store")
+    store.ensure_collection(memories_spec(EMBEDDER.dim))
+    forgotten: dict[bytes, list[float]] = {}
+    now = [100.0]
+    embedder = HeldEmbedder()
+
+    def gone(key: bytes | None) -> Forgotten | None:
+        return Forgotten.from_json(forgotten.get(key or b""))
+
+    indexing = Indexing(Indexer(embedder).apply, lambda _: store, gone, lambda: now[0])
+    barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
+    forgetting = Forgetting(forgotten, [], barrier, lambda _: store, [MEMORIES], lambda: now[0])
+    erased, other = memory(1, user="u1"), memory(2, user="u2")
+    records = [
+        Received(m.key.encode(), upsert(m).to_bytes(), MEMORY_UPDATES.name, 0, offset, timestamp=99.0)
+        for offset, m in enumerate([erased, other])
+    ]
+    stone = Tombstone(
+        tenant="t", user_id="u1", deleted_at=datetime.fromtimestamp(99.5, UTC), units=0, memories=0
+    )
+
+    async def run() -> None:
+        batch = asyncio.ensure_future(indexing.batch(records))
+        assert await asyncio.to_thread(embedder.embedding.wait, 30), "the batch never embedded"
+        now[0] = 101.0
+        tomb = Received(stone.key.encode(), stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5)
+        await forgetting.tombstone(tomb)
+        embedder.release.set()
+        await batch
+
+    asyncio.run(run())
+    assert stored(store, erased) is None  # checked before the erase, written back after it: no more
+    assert stored(store, other) == other  # another user's update in the same batch is written
     store.close()
