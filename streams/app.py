@@ -54,6 +54,7 @@ from schemas.topics import (
     TopicSpec,
 )
 from streams.consumer import RewindingConsumer, TansuConsumer
+from streams.decisions import made_at
 from streams.faust_adapter import ReadOffsets, batches, faust_settings, manual_acks, on_rebalance
 from streams.handlers import (
     Consolidating,
@@ -128,7 +129,9 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     writing = asyncio.Lock()
     barrier = ReadYourWrites(Takeover(settings, settings.topic(MEMORY_UPDATES.name)), OwnWrites())
     publish = Publisher(
-        lambda name, key, value: app.producer.send(settings.topic(name), key, value, None, None, None),
+        lambda name, key, value, headers: app.producer.send(
+            settings.topic(name), key, value, None, None, headers or None
+        ),
         barrier.own,
     )
     store_of = processor.shards.get
@@ -301,4 +304,6 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
 def received(event: EventT) -> Received:
     msg = event.message
-    return Received(msg.key, event.value, msg.topic, msg.partition, msg.offset, msg.timestamp)
+    return Received(
+        msg.key, event.value, msg.topic, msg.partition, msg.offset, made_at(msg.headers, msg.timestamp)
+    )

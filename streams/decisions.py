@@ -8,12 +8,17 @@ deleted user's data is dropped and counted."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas.events import DeadLetter, Deferred, Record, WindowClosed
 from schemas.memory import MemoryUpdate
 from schemas.topics import TopicSpec
+
+# The header re-queued work carries: when the work was first made (epoch seconds). A deleted user's
+# work is told by that time (memstream/core/forgetting.py), which a re-queued record's own create
+# time, set anew each time, would hide.
+MADE_AT = "memstream-made-at"
 
 
 @dataclass(frozen=True)
@@ -23,10 +28,19 @@ class Send:
     topic: str  # the topic's name without the prefix (schemas/topics.py)
     key: bytes
     value: bytes
+    made_at: float | None = None  # re-queued work: sent with the MADE_AT header
 
 
-def sends(spec: TopicSpec, records: Sequence[Record]) -> list[Send]:
-    return [Send(spec.name, (getattr(r, "key", None) or "").encode(), r.to_bytes()) for r in records]
+def sends(spec: TopicSpec, records: Sequence[Record], made_at: float | None = None) -> list[Send]:
+    return [Send(spec.name, (getattr(r, "key", None) or "").encode(), r.to_bytes(), made_at) for r in records]
+
+
+def made_at(
+    headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None, created: float | None
+) -> float | None:
+    """When a record's work was made: its MADE_AT header, else its create time."""
+    found = dict(headers or {}).get(MADE_AT)
+    return float(found) if found else created
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class Deferral:
 
     work: Deferred
     trigger: str
+    made_at: float | None = None  # when the work deferred was made (MADE_AT)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ class Received:
     topic: str
     partition: int
     offset: int
-    timestamp: float | None  # the record's create time (epoch seconds)
+    # When the record's work was made (epoch seconds): its create time, or, for re-queued work,
+    # its first record's (decisions.MADE_AT).
+    timestamp: float | None
 
     def incoming(self, value: bytes | None = None) -> Incoming:
         key = self.key.decode("utf-8", "replace") if self.key is not None else None
@@ -90,9 +92,8 @@ def read(r: Received, model: type[R], now: float) -> R | DeadLettered:
         return DeadLettered([rejected(r, DeadLetterStage.VALIDATE, "invalid_record", exc, now)])
 
 
-def deferral(
-    source: str, key: bytes, value: bytes, exc: Exception, now: float, retry_s: float, trigger: str
-) -> Deferral:
+def deferral(job: Job, exc: Exception, retry_s: float, trigger: str) -> Deferral:
+    now = job.now
     if isinstance(exc, BudgetExhausted):
         reason, not_before = "token_budget", exc.resets_at
     elif isinstance(exc, Interrupted):  # handed on to whoever holds the partition next, at once
@@ -100,13 +101,13 @@ def deferral(
     else:
         reason, not_before = "llm_unavailable", datetime.fromtimestamp(now, UTC) + timedelta(seconds=retry_s)
     work = Deferred(
-        source_topic=source,
-        key=key.decode("utf-8", "replace"),
-        value=value,
+        source_topic=job.source,
+        key=job.key.decode("utf-8", "replace"),
+        value=job.value,
         reason=reason,
         not_before=not_before,
     )
-    return Deferral(work, trigger)
+    return Deferral(work, trigger, job.received.timestamp)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class Consolidating:
 
             return await until_available(step, "consolidate", self.sleep)
         except (BudgetExhausted, LLMUnavailable, Interrupted) as exc:
-            return deferral(job.source, job.key, job.value, exc, job.now, self.defer_retry_s, trigger)
+            return deferral(job, exc, self.defer_retry_s, trigger)
         except InvalidOutput as exc:
             dead = rejected(
                 job.received, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, job.now, job.value
@@ -307,17 +308,19 @@ class Retries:
         self.hold_s = hold_s
 
     async def deferred(self, r: Received) -> Decision:
+        if made_before(self.step.gone(r.key), r.timestamp):
+            return Dropped(DEFERRED.name)  # made from a deleted user's data
         deferred = read(r, Deferred, self.step.clock())
         if isinstance(deferred, DeadLettered):
             return deferred
         wait = deferred.not_before.timestamp() - self.step.clock()
         if wait > self.hold_s:
             await self.step.sleep(1.0)  # paced: a waiting record goes round at most once a second
-            return Done(sends=sends(DEFERRED, [deferred]))
+            return Done(sends=sends(DEFERRED, [deferred], r.timestamp))
         await self.step.sleep(max(0.0, wait))
         if deferred.source_topic == DURATIVE:
             return await self.durative_memory(r, deferred.value)
-        return Done(sends=[Send(deferred.source_topic, deferred.key.encode(), deferred.value)])
+        return Done(sends=[Send(deferred.source_topic, deferred.key.encode(), deferred.value, r.timestamp)])
 
     async def durative_memory(self, r: Received, value: bytes) -> Decision:
         job = self.step.job(r, DURATIVE, value)

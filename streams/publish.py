@@ -12,13 +12,17 @@ from typing import Any
 from memstream.adapters import metrics
 from schemas.memory import MemoryUpdate
 from schemas.topics import DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
-from streams.decisions import DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
+from streams.decisions import MADE_AT, DeadLettered, Decision, Deferral, Done, Dropped, Send, sends
 from streams.read_your_writes import OwnWrites
 
 # Sends one record to a topic (by its name without the prefix); awaiting the result waits for
 # its delivery. Straight to the producer: the records are bytes already, and faust's channel
 # machinery costs more per record than the send itself.
-Producer = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+Producer = Callable[[str, bytes, bytes, list[tuple[str, bytes]]], Awaitable[Awaitable[Any]]]
+
+
+def headers(s: Send) -> list[tuple[str, bytes]]:
+    return [] if s.made_at is None else [(MADE_AT, repr(s.made_at).encode())]
 
 
 class Publisher:
@@ -38,9 +42,9 @@ class Publisher:
                     if trigger:
                         metrics.CONSOLIDATIONS.labels(trigger, "invalid").inc()
                     out += sends(DEAD_LETTER, letters)
-                case Deferral(work, trigger):
+                case Deferral(work, trigger, made_at):
                     metrics.CONSOLIDATIONS.labels(trigger, "deferred").inc()
-                    out += sends(DEFERRED, [work])
+                    out += sends(DEFERRED, [work], made_at)
                 case Done():
                     for u in d.updates:
                         metrics.MEMORY_UPDATES.labels(
@@ -54,7 +58,7 @@ class Publisher:
                     updates += d.updates
                     if d.after is not None:
                         after.append(d.after)
-        await asyncio.gather(*[await self.send(s.topic, s.key, s.value) for s in out])
+        await asyncio.gather(*[await self.send(s.topic, s.key, s.value, headers(s)) for s in out])
         self.own.published(updates)
         for step in after:
             step()

@@ -20,11 +20,13 @@ from memstream.adapters.store.edge import EdgeStore
 from memstream.core.embedder import Vectors
 from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
 from memstream.core.memories import MEMORIES, memories_spec, upsert
-from memstream.core.store import CollectionSpec, Point
+from memstream.core.store import CollectionSpec, Point, VectorStore
 from memstream.core.units import USER_FIELD
-from schemas.events import Tombstone
-from schemas.topics import MEMORY_UPDATES, TOMBSTONES
-from streams.handlers import Forgetting, Indexing, Received
+from schemas.events import Deferred, Tombstone, WindowClosed
+from schemas.memory import MemoryUpdate
+from schemas.topics import DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
+from streams.decisions import Decision, Done, Dropped
+from streams.handlers import Consolidating, Forgetting, Indexing, Received, Retries
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from tests.test_own_writes import EMBEDDER, memory, stored
 
@@ -123,3 +125,47 @@ def test_an_index_batch_embedding_while_its_user_is_erased_writes_none_of_theirs
     assert stored(store, erased) is None  # checked before the erase, written back after it: no more
     assert stored(store, other) == other  # another user's update in the same batch is written
     store.close()
+
+
+def test_re_queued_work_is_told_by_when_it_was_first_made() -> None:
+    """Deferred work goes round the deferred topic and back to its own, a new record each time: it
+    keeps the time of the work it came from (streams/decisions.MADE_AT), and is dropped once its
+    user is deleted after that time, however late it comes round."""
+    forgotten: dict[bytes, list[float]] = {b"t/gone": GONE.to_json()}
+    barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    def no_store(_: int) -> VectorStore:
+        raise AssertionError("no work is done here")
+
+    async def no_durative(store: VectorStore, month: WindowClosed) -> list[MemoryUpdate]:
+        raise AssertionError("no month is due here")
+
+    step = Consolidating(
+        no_store,
+        barrier,
+        lambda key: Forgotten.from_json(forgotten.get(key or b"")),
+        lambda: False,
+        lambda: 200.0,
+        0.0,
+        sleep=no_wait,
+    )
+    retries = Retries(step, no_durative)
+
+    def round_trip(user: str, due: float) -> Decision:
+        work = Deferred(
+            source_topic=WINDOWS.name,
+            key=f"t/{user}",
+            value=b"{}",
+            reason="llm_unavailable",
+            not_before=datetime.fromtimestamp(due, UTC),
+        )
+        r = Received(work.key.encode(), work.to_bytes(), DEFERRED.name, 0, 0, timestamp=99.0)
+        return asyncio.run(retries.deferred(r))
+
+    assert round_trip("gone", due=150.0) == Dropped(DEFERRED.name)  # made at 99, erased at 100.4
+    later, due = round_trip("kept", due=900.0), round_trip("kept", due=150.0)
+    assert isinstance(later, Done) and [(s.topic, s.made_at) for s in later.sends] == [(DEFERRED.name, 99.0)]
+    assert isinstance(due, Done) and [(s.topic, s.made_at) for s in due.sends] == [(WINDOWS.name, 99.0)]

@@ -11,10 +11,12 @@ from memstream.adapters import metrics
 from memstream.core.memories import upsert
 from schemas.events import Deferred
 from schemas.topics import DEFERRED, MEMORY_UPDATES
-from streams.decisions import Deferral, Done, Dropped, Send
+from streams.decisions import Deferral, Done, Dropped, Send, made_at
 from streams.publish import Publisher
 from streams.read_your_writes import OwnWrites
 from tests.test_own_writes import memory
+
+Headers = list[tuple[str, bytes]]
 
 
 def deferred() -> Deferred:
@@ -33,7 +35,7 @@ def test_state_moves_on_and_own_writes_are_awaited_only_once_every_record_is_del
     async def run() -> None:
         delivered = asyncio.get_running_loop().create_future()
 
-        async def send(topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+        async def send(topic: str, key: bytes, value: bytes, headers: Headers) -> asyncio.Future[None]:
             sent.append((topic, key))
             return delivered
 
@@ -66,7 +68,7 @@ def test_each_outcome_is_counted_once_and_nothing_dropped_counts_nothing() -> No
     def forgotten(stage: str) -> float:
         return metrics.FORGOTTEN_RECORDS.labels(stage)._value.get()
 
-    async def send(topic: str, key: bytes, value: bytes) -> asyncio.Future[None]:
+    async def send(topic: str, key: bytes, value: bytes, headers: Headers) -> asyncio.Future[None]:
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
@@ -81,3 +83,22 @@ def test_each_outcome_is_counted_once_and_nothing_dropped_counts_nothing() -> No
     )
     after = (count("week", "deferred"), count("week", "nothing"), forgotten("index"), forgotten("ingest"))
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 3, 0]
+
+
+def test_deferred_work_carries_when_it_was_first_made_and_a_reader_gets_that_time_back() -> None:
+    """A deleted user's work is told by when it was made (streams/handlers.py): a deferral or a
+    re-queued record, published anew, keeps that time in a header; other records have none."""
+    headers: list[Headers] = []
+
+    async def send(topic: str, key: bytes, value: bytes, sent_headers: Headers) -> asyncio.Future[None]:
+        headers.append(sent_headers)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    publish = Publisher(send, OwnWrites())
+    asyncio.run(publish(Deferral(deferred(), "day", 1234.5), Done(sends=[Send("windows", b"t/u1", b"{}")])))
+    assert headers[1] == []
+    assert made_at(headers[0], 2000.0) == 1234.5  # not the record's own create time
+    assert made_at(dict(headers[0]), 2000.0) == 1234.5  # headers as faust may hand them over
+    assert made_at(headers[1], 2000.0) == 2000.0 and made_at(None, None) is None
