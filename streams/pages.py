@@ -16,6 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from memstream.adapters import metrics
 from memstream.adapters.remote_recall import serve_recall
 from memstream.adapters.store.remote import serve
+from memstream.core.embedder import Embedder
+from memstream.core.store import VectorStore
 from streams.ingest import IngestProcessor
 from streams.read_leases import ReadLeases
 
@@ -36,6 +38,41 @@ class Readiness:
         if not self.assignments:
             return 503, {"ready": False, "reason": "waiting for the first partition assignment"}
         return 200, {"ready": True, "partitions": sorted(partitions)}
+
+
+class Recalls:
+    """A gateway's recall, run here on a partition this worker holds: one request instead of one
+    per store call. In a thread, so the event loop keeps ingesting, under a lease that keeps a
+    rebalance from closing the shard meanwhile; past ``leases.limit`` recalls at once, 503 (the
+    gateway sheds it) rather than a queue that would starve ingest."""
+
+    def __init__(
+        self,
+        held: Callable[[], set[int]],
+        leases: ReadLeases,
+        store_of: Callable[[int], VectorStore],
+        embedder: Embedder,
+    ) -> None:
+        self.held = held
+        self.leases = leases
+        self.store_of = store_of
+        self.embedder = embedder
+
+    async def answer(self, partition: str, query: bytes) -> tuple[int, bytes]:
+        """HTTP status and body (the answer, or the error's reason) of ``POST /recall/{partition}``."""
+        # No await between the check and the lease: a rebalance cannot close the shard in between.
+        if not partition.isdigit() or int(partition) not in self.held():
+            return 409, f"partition {partition} is not held here".encode()
+        p = int(partition)
+        if not self.leases.try_enter(p):
+            metrics.WORKER_RECALLS_SHED.inc()
+            return 503, f"{self.leases.limit} recalls already running on this worker".encode()
+        try:
+            return 200, await asyncio.to_thread(serve_recall, self.store_of(p), self.embedder, query)
+        except ValueError as exc:
+            return 400, str(exc).encode()
+        finally:
+            self.leases.exit(p)
 
 
 def add_pages(
@@ -86,26 +123,12 @@ def add_pages(
                 return self.error(400, str(exc))
             return self.bytes(body, content_type="application/json")
 
+    recalls = Recalls(held, leases, processor.shards.get, processor.embedder)
+
     @app.page("/recall/{partition}")
     class RecallView(faust.web.View):
-        """A gateway's recall, run here on a partition this worker holds: one request instead of one
-        per store call. In a thread, so the event loop keeps ingesting, under a lease that keeps a
-        rebalance from closing the shard meanwhile; past ``leases.limit`` recalls at once, 503 (the
-        gateway sheds it) rather than a queue that would starve ingest."""
-
         async def post(self, request: Any, partition: str) -> Any:
-            query = await request.read()  # first: no await between the check and the lease
-            if not partition.isdigit() or int(partition) not in held():
-                return self.error(409, f"partition {partition} is not held here")
-            p = int(partition)
-            if not leases.try_enter(p):
-                metrics.WORKER_RECALLS_SHED.inc()
-                return self.error(503, f"{leases.limit} recalls already running on this worker")
-            try:
-                store = processor.shards.get(p)
-                body = await asyncio.to_thread(serve_recall, store, processor.embedder, query)
-            except ValueError as exc:
-                return self.error(400, str(exc))
-            finally:
-                leases.exit(p)
+            status, body = await recalls.answer(partition, await request.read())
+            if status != 200:
+                return self.error(status, body.decode())
             return self.bytes(body, content_type="application/json")

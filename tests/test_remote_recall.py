@@ -5,6 +5,7 @@ in process, a moved partition followed, a malformed request refused. The gateway
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import threading
 from collections import Counter
@@ -18,6 +19,7 @@ import numpy as np
 import orjson
 import pytest
 
+from memstream.adapters import metrics
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.remote_recall import recall_at, serve_recall
 from memstream.adapters.store.remote import RemoteStore, serve
@@ -31,6 +33,8 @@ from memstream.core.recall.wire import (
     recalled_to_wire,
 )
 from memstream.core.store import VectorStore
+from streams.pages import Recalls
+from streams.read_leases import ReadLeases
 from tests.test_consolidation import TURNS
 
 EMBEDDER = HashingEmbedder(384)
@@ -220,3 +224,28 @@ def test_zone_and_now_reach_the_worker(sample_memory: VectorStore, worker: _Work
         budget_tokens=400,
         zone=ZoneInfo("Asia/Tokyo"),
     )
+
+
+def test_the_worker_page_sheds_past_its_limit_and_refuses_what_it_cannot_serve(
+    sample_memory: VectorStore,
+) -> None:
+    """``POST /recall/{partition}`` on a worker (streams.pages.Recalls): a recall past the worker's
+    limit is shed with 503 at once, not queued behind the others; the lease is returned whatever
+    the outcome, so a rebalance never waits for a recall that ended."""
+    leases = ReadLeases(limit=1)
+    recalls = Recalls(lambda: {0}, leases, lambda _: sample_memory, EMBEDDER)
+    body = orjson.dumps(ask_to_wire(ask("Where am I moving to?")))
+    status, out = asyncio.run(recalls.answer("0", body))
+    assert status == 200 and recalled_from_wire(orjson.loads(out)).items
+    assert leases.reading(0) == 0
+
+    assert leases.try_enter(0)  # a recall is running: the limit is reached
+    shed = metrics.WORKER_RECALLS_SHED._value.get()
+    status, out = asyncio.run(recalls.answer("0", body))
+    assert (status, out) == (503, b"1 recalls already running on this worker")
+    assert metrics.WORKER_RECALLS_SHED._value.get() == shed + 1
+    leases.exit(0)
+
+    assert [asyncio.run(recalls.answer(p, body))[0] for p in ("1", "x")] == [409, 409]  # not held here
+    status, out = asyncio.run(recalls.answer("0", b"not json"))
+    assert status == 400 and out.startswith(b"body is not JSON") and leases.reading(0) == 0
