@@ -52,7 +52,7 @@ LEVELS = {
 def item(
     id: str,
     kind: str = "unit",
-    text: str = "x",
+    text: str | None = None,
     *,
     start: datetime = T0,
     end: datetime | None = None,
@@ -66,7 +66,7 @@ def item(
         id=id,
         kind=kind,
         level=LEVELS[kind],
-        text=text,
+        text=f"the text of {id}" if text is None else text,  # its own words: select skips repeats
         start=start,
         end=end,
         recorded_at=start,
@@ -204,7 +204,8 @@ def sized(id: str, kind: str = "unit", size: int = 10, **kw: object) -> Item:
     bare = item(id, kind, "", **kw)  # type: ignore[arg-type]
     overhead = len(render_line(bare, UTC_ZONE)) + 1
     assert 4 * size >= overhead, "too small for its [kind date] prefix or note"
-    sized_item = item(id, kind, "x" * (4 * size - overhead), **kw)  # type: ignore[arg-type]
+    words = f"{id}q " * (4 * size)  # words of its own: no item says what another says (select skips that)
+    sized_item = item(id, kind, words[: 4 * size - overhead], **kw)  # type: ignore[arg-type]
     assert line_tokens(sized_item, UTC_ZONE) == size
     return sized_item
 
@@ -346,7 +347,7 @@ def test_render_context_formats_dates_in_the_zone() -> None:
         "[8 May 2023]",
         "I adopted a cat.",
     ]
-    late = item("l", start=datetime(2023, 5, 8, 23, 30, tzinfo=UTC))  # already 9 May in Lisbon
+    late = item("l", text="x", start=datetime(2023, 5, 8, 23, 30, tzinfo=UTC))  # already 9 May in Lisbon
     assert render_context([(late, 0.0)], zone) == "[9 May 2023]\nx"
     assert render_context([], zone) == ""
 
@@ -509,3 +510,16 @@ def test_order_puts_the_closest_in_time_first_within_a_level() -> None:
     closeness = {"a": 1000.0, "b": 0.0, "w": 5.0}
     out = order([(far, 0.1), (near, 0.1), (week, 0.1)], lambda i: closeness[i.id])
     assert [i.id for i, _ in out] == ["w", "b", "a"]
+
+
+def test_select_skips_a_leaf_that_says_nothing_the_context_does_not_say_already() -> None:
+    """An episode that quotes a unit whole, then the unit: the unit would spend its line on words the
+    context holds, so the budget goes to the next leaf."""
+    episode = item("e", "episode", "On 8 May 2023, Ann: I adopted a grey cat named Miso yesterday. So happy!")
+    unit = item("u", "unit", "Ann: I adopted a grey cat named Miso yesterday.")
+    other = item("o", "unit", "Ann: the vet says Miso is healthy.")
+    leaves = [(episode, 0.9), (unit, 0.8), (other, 0.7)]
+    assert ids(select(leaves, {}, 1000, zone=UTC_ZONE)) == ["e", "o"]
+    assert ids(select(leaves, {}, 1000, contained=1.01, zone=UTC_ZONE)) == ["e", "u", "o"]  # never
+    # The other way round the episode says more than the unit: both are kept.
+    assert ids(select([(unit, 0.9), (episode, 0.8)], {}, 1000, zone=UTC_ZONE)) == ["u", "e"]

@@ -27,6 +27,9 @@ class RecallConfig:
     sentence_weight: float
     context_weight: float
     view_candidates: int  # the user's sentence and context views nearest the query, fetched
+    # A leaf with at least this share of its content words in one leaf already selected is skipped
+    # (rank.select); above 1: never.
+    contained: float
 
 
 DEFAULT = RecallConfig(
@@ -59,6 +62,9 @@ DEFAULT = RecallConfig(
     # About 4.4 views a unit: enough to cover the unit candidates' best sentences and contexts; a unit
     # beyond them scores the last hit's cosine (engine._unit_cosines).
     view_candidates=1400,
+    # 0.9: a unit an episode quotes whole, or a fact its unit states; skipping them raised text recall
+    # at 1000 tokens by 0.3 on LoCoMo dev (0.6 % of returned items), changed nothing at 500.
+    contained=0.9,
 )
 
 # The eval's flat hybrid baseline (memstream.apps.baselines): the user's raw turns scored with TiMem's 0.9,
@@ -72,4 +78,5 @@ FLAT_HYBRID = replace(
     turn_weight=1.0,
     sentence_weight=0.0,
     context_weight=0.0,
+    contained=2.0,  # never skipped
 )

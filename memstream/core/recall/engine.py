@@ -93,6 +93,7 @@ def recall(
         levels=frozenset(config.levels if levels is None else levels),
         activated=config.activated,
         level_decay=config.level_decay,
+        contained=config.contained,
         zone=zone,
     )
     ordered = rank.order(selected, closeness)

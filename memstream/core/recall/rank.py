@@ -168,6 +168,7 @@ def select(
     levels: Collection[int] | None = None,
     activated: int = DEFAULT.activated,
     level_decay: float = DEFAULT.level_decay,
+    contained: float = DEFAULT.contained,
     *,
     zone: ZoneInfo,
 ) -> list[Scored]:
@@ -187,7 +188,8 @@ def select(
     and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
     nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
     ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
-    times ``level_decay`` per level above it.
+    times ``level_decay`` per level above it. A leaf that says nothing new is skipped: ``contained`` or
+    more of its content words are in one leaf already kept (a unit whose episode quotes it whole).
     """
     allow = (lambda level: True) if levels is None else levels.__contains__
     ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
@@ -233,6 +235,7 @@ def select(
         else []
     )
     kept: list[Scored] = []
+    kept_words: list[set[str]] = []  # the content words of each leaf kept
     chosen: set[str] = set()
     used = 0
     head = 0
@@ -258,11 +261,15 @@ def select(
             for leaf_id in under[node]:
                 represent(leaf_id)
         elif leaf is not None:
-            kept.append(leaf)
-            used += leaf_tokens(leaf[0])
-            opened.add(header[leaf[0].id])
             head += 1
             represent(leaf[0].id)
+            words = set(tokenize(leaf[0].text))
+            if words and any(len(words & other) >= contained * len(words) for other in kept_words):
+                continue  # what it says is in the context already
+            kept.append(leaf)
+            kept_words.append(words)
+            used += leaf_tokens(leaf[0])
+            opened.add(header[leaf[0].id])
         else:
             break
     # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
