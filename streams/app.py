@@ -166,13 +166,13 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
     # ---- agents -------------------------------------------------------------------------------
     if "ingest" in roles:
-        ingesting = Ingesting(processor.process, window_state, gone)
         idle = IdleWindows(
             window_state,
             lambda key: partition_for(key, settings.topic_partitions),
             processor.idle_close,
             processor.clock,
         )
+        ingesting = Ingesting(processor.process, window_state, gone, idle.saved)
 
         @app.agent(topic(TURNS))
         async def ingest(stream: faust.StreamT) -> None:
@@ -187,8 +187,10 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
         @app.timer(settings.idle_check_interval_s)
         async def close_idle_windows() -> None:
+            if interrupted():  # the tables may be recovering: the index is built once they are whole
+                return
             async with writing:  # between two ingest batches: the states read here stay current
-                await publish(idle.close(owned()))
+                await publish(idle.close(owned(), readiness.assignments))
 
     if "consolidate" in roles:
         requests = Requests(step, consolidation.recurrence.handle)

@@ -5,7 +5,7 @@ explicit dependencies and no faust types: records in as ``Received``, decisions 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -13,11 +13,12 @@ from typing import Any, Protocol, TypeVar
 
 from memstream.adapters.llm import BudgetExhausted, InvalidOutput, LLMUnavailable
 from memstream.adapters.pause import until_available
+from memstream.core.due import DueTimes
 from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
 from memstream.core.store import VectorStore
 from memstream.core.tree import TreeState, in_closing_order
 from memstream.core.validation import Rejection
-from memstream.core.windows import UserWindows, close_idle
+from memstream.core.windows import UserWindows, close_idle, idle_due
 from schemas.events import (
     ConsolidationRequest,
     DeadLetter,
@@ -341,12 +342,18 @@ class Ingesting:
         process: Callable[[Sequence[Incoming], MutableMapping[bytes, Any]], Awaitable[BatchResult]],
         states: MutableMapping[bytes, Any],
         gone: Gone,
+        saved: Callable[[Mapping[bytes, Any]], None] = lambda _: None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.process = process
         self.states = states  # UserWindows JSON per user key
         self.gone = gone
+        self.saved = saved  # told of each state written (the idle timer's due times)
         self.sleep = sleep
+
+    def save(self, states: Mapping[bytes, Any]) -> None:
+        self.states.update(states)
+        self.saved(states)
 
     async def batch(self, records: Sequence[Received]) -> list[Decision]:
         kept = [r for r in records if not sent_before(self.gone(r.key), r.timestamp)]
@@ -355,13 +362,15 @@ class Ingesting:
         done = Done(
             sends=[*sends(CONSOLIDATION, result.consolidation), *sends(DEAD_LETTER, result.dead_letters)],
             windows=result.windows,
-            after=partial(self.states.update, result.window_state),  # after: see BatchResult
+            after=partial(self.save, result.window_state),  # after: see BatchResult
         )
         return [Dropped("ingest", len(records) - len(kept)), done]
 
 
 class IdleWindows:
-    """The timer that closes the windows of users gone quiet."""
+    """The timer that closes the windows of users gone quiet. A tick reads only the users due
+    (memstream/core/due.py, kept with every window state written); the index is built from the
+    table once per assignment of partitions, the one scan of the users."""
 
     def __init__(
         self,
@@ -374,22 +383,44 @@ class IdleWindows:
         self.partition_of = partition_of
         self.idle_close = idle_close
         self.clock = clock
+        self.due = DueTimes()
+        self.built_for: int | None = None  # the assignment the index was built for
 
-    def close(self, owned: set[int]) -> Done:
+    def saved(self, states: Mapping[bytes, Any]) -> None:
+        """``states`` were written to the table (None: deleted): their users' next due times."""
+        for key, raw in states.items():
+            self.due.set(key, idle_due(UserWindows.from_json(raw), self.idle_close) if raw else None)
+
+    def close(self, owned: set[int], assignment: int) -> Done:
+        """Close what is due among the users of ``owned`` partitions; ``assignment`` counts the
+        assignments so far: the table holds other users after each one."""
+        if self.built_for != assignment:
+            self.due.clear()
+            # The in-memory table also holds standby copies of other workers' users: not indexed.
+            self.saved({k: raw for k, raw in self.states.items() if raw and self.partition_of(k) in owned})
+            self.built_for = assignment
         closed: list[WindowClosed] = []
         after: dict[bytes, Any] = {}
         now = self.clock()
-        for key, raw in list(self.states.items()):
-            # The in-memory table also holds standby copies of other workers' users: skip them.
+        for key in self.due.pop_due(now):
+            raw = self.states.get(key)
             if not raw or self.partition_of(key) not in owned:
                 continue
             state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=self.idle_close)
             if done:
                 after[key] = state.to_json()
                 closed.extend(done)
-        # Published first: a crash in between then closes the windows again (same ids), where
+                self.due.set(key, now)  # still due until the closed windows are out (``after``)
+            else:
+                self.due.set(key, idle_due(state, self.idle_close))
+
+        def save() -> None:
+            self.states.update(after)
+            self.saved(after)
+
+        # Published first: a crash in between closes the windows again (same ids), where
         # saved first it would lose them.
-        return Done(windows=closed, after=partial(self.states.update, after))
+        return Done(windows=closed, after=save)
 
 
 class Indexing:

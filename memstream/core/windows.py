@@ -207,6 +207,16 @@ def advance(
     return replace(state, open=windows, last_ts=max(state.last_ts, ts), last_seen=now), closed
 
 
+def idle_due(state: UserWindows, idle_close: timedelta) -> float | None:
+    """The first wall-clock time (epoch seconds) at which ``close_idle`` closes a window of ``state``,
+    if no event comes before; None when it has nothing open."""
+    idle_at = state.last_seen + idle_close.total_seconds()
+    if WindowLevel.SESSION in state.open:
+        return idle_at
+    ends = [w.end.timestamp() for lvl, w in state.open.items() if lvl in CALENDAR_LEVELS]
+    return max(idle_at, min(ends)) if ends else None
+
+
 def close_idle(
     state: UserWindows, *, now: float, idle_close: timedelta
 ) -> tuple[UserWindows, list[WindowClosed]]:
