@@ -187,10 +187,13 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
 
         @app.timer(settings.idle_check_interval_s)
         async def close_idle_windows() -> None:
-            if interrupted():  # the tables may be recovering: the index is built once they are whole
-                return
-            async with writing:  # between two ingest batches: the states read here stay current
-                await publish(idle.close(owned(), readiness.assignments))
+            # Slices of users, the lock released in between so ingest goes on while many close.
+            while not interrupted():  # the tables may be recovering: the index is built once whole
+                async with writing:  # between two ingest batches: the states read here stay current
+                    done = idle.close(owned(), readiness.assignments)
+                    await publish(done)
+                if not done.windows:
+                    return
 
     if "consolidate" in roles:
         requests = Requests(step, consolidation.recurrence.handle)

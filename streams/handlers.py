@@ -41,6 +41,9 @@ T = TypeVar("T")
 DURATIVE = "durative"  # deferred work that is not a topic's record: a month's durative memory
 DEFER_HOLD_S = 5.0  # deferred work due within this is waited for in place, later work re-queued
 RECURRENCE = "recurrence"  # the trigger of a consolidation request
+# Users whose idle windows one call closes: the timer publishes them holding the lock ingest waits
+# for, so a burst of users going idle at once (100,000 after a replay: 2 minutes) goes in slices.
+IDLE_USERS_PER_CLOSE = 1000
 
 Clock = Callable[[], float]  # epoch seconds
 Sleep = Callable[[float], Awaitable[None]]
@@ -391,9 +394,10 @@ class IdleWindows:
         for key, raw in states.items():
             self.due.set(key, idle_due(UserWindows.from_json(raw), self.idle_close) if raw else None)
 
-    def close(self, owned: set[int], assignment: int) -> Done:
-        """Close what is due among the users of ``owned`` partitions; ``assignment`` counts the
-        assignments so far: the table holds other users after each one."""
+    def close(self, owned: set[int], assignment: int, limit: int = IDLE_USERS_PER_CLOSE) -> Done:
+        """Close what is due among at most ``limit`` users of ``owned`` partitions (the caller asks
+        again while that many were due); ``assignment`` counts the assignments so far: the table
+        holds other users after each one."""
         if self.built_for != assignment:
             self.due.clear()
             # The in-memory table also holds standby copies of other workers' users: not indexed.
@@ -402,7 +406,7 @@ class IdleWindows:
         closed: list[WindowClosed] = []
         after: dict[bytes, Any] = {}
         now = self.clock()
-        for key in self.due.pop_due(now):
+        for key in self.due.pop_due(now, limit):
             raw = self.states.get(key)
             if not raw or self.partition_of(key) not in owned:
                 continue

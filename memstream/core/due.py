@@ -30,10 +30,11 @@ class DueTimes:
             self._heap = [(d, k) for k, d in self._due.items()]
             heapq.heapify(self._heap)
 
-    def pop_due(self, now: float) -> list[bytes]:
-        """The keys due at or before ``now``, earliest first; they have no due any more."""
+    def pop_due(self, now: float, limit: int | None = None) -> list[bytes]:
+        """The keys due at or before ``now``, earliest first, at most ``limit``; they have no due any
+        more (the others due stay for the next call)."""
         out: list[bytes] = []
-        while self._heap and self._heap[0][0] <= now:
+        while self._heap and self._heap[0][0] <= now and (limit is None or len(out) < limit):
             due, key = heapq.heappop(self._heap)
             if self._due.get(key) == due:
                 del self._due[key]
