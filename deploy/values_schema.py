@@ -42,6 +42,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "embedded_broker_port": "the embedded broker is never started (bootstrap servers are set)",
     "tansu_quirks": "work-arounds for the embedded Tansu broker only",
     "worker_urls": "only for a gateway reading the embedded Edge store through workers",
+    "worker_index": "set by `memstream up` for the workers it starts; a pod is one worker with its own /data",
 }
 
 

@@ -13,6 +13,7 @@ from mode.types.signals import BaseSignalT
 
 from memstream.adapters.kafka import by_key, ssl_context
 from memstream.adapters.settings import Settings
+from streams.table_store import store_url, worker_dir
 
 MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
 
@@ -38,10 +39,17 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "broker": f"kafka://{settings.brokers}",
         "broker_credentials": faust_credentials(settings),
-        "store": "memory://",  # table state is rebuilt from its changelog topic
+        # memory: table state is rebuilt from its changelog topic; rocksdb: kept on disk in the
+        # worker's own directory, read from the changelog only past what it holds (streams/table_store.py)
+        "store": store_url(settings.table_store),
         # faust's own directory, under the data dir (not the working directory: a pod's root
-        # file system is read-only)
-        "datadir": str(settings.data_dir / "faust"),
+        # file system is read-only); one per worker with RocksDB, which locks its databases
+        "datadir": str(
+            worker_dir(settings.data_dir, settings.worker_index)
+            if settings.table_store == "rocksdb"
+            else settings.data_dir / "faust"
+        ),
+        "table_standby_replicas": settings.table_standby_replicas,
         "topic_partitions": settings.topic_partitions,
         "topic_replication_factor": settings.topic_replication_factor,
         "web_enabled": settings.metrics_port > 0,

@@ -100,9 +100,20 @@ def status_or_none(pipeline: Pipeline) -> dict[str, Any] | None:
 KILL_AT = int(os.environ.get("MEMSTREAM_SOAK_KILL_AT", "1"))
 
 
-def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("table_store", ["memory", "rocksdb"])
+def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
+    broker: Broker, tmp_path: Path, table_store: str
+) -> None:
+    """With ``rocksdb`` the restarted workers find their table state on disk (each its own
+    directory, by worker index) and read the changelogs only past it."""
     t_start = time.monotonic()
-    pipeline = make_pipeline(broker, tmp_path, MEMSTREAM_WORKERS="2", MEMSTREAM_METRICS_PORT=metrics_ports(2))
+    pipeline = make_pipeline(
+        broker,
+        tmp_path,
+        MEMSTREAM_WORKERS="2",
+        MEMSTREAM_METRICS_PORT=metrics_ports(2),
+        MEMSTREAM_TABLE_STORE=table_store,
+    )
     settings = pipeline.settings
     turns = list(generate(users=8, days=80, seed=5))
     expected = {f"{t.key}/{t.turn_id}" for t in turns}
@@ -242,6 +253,15 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(broker: Broker, 
     assert requested <= set(in_episodes), sorted(requested - set(in_episodes))[:10]
     assert max(in_episodes.values()) == 1, [u for u, n in in_episodes.items() if n > 1][:10]
     assert set(upserts) - deleted <= set(memory_ids)
+    if table_store == "rocksdb":
+        # Both workers, before and after the restart, each in its own directory: every table
+        # partition a worker held has its database there, and no worker took another's.
+        tables = {
+            i: sorted(p.name for p in (settings.data_dir / "faust" / f"worker-{i}").glob("v*/tables/*.db"))
+            for i in range(2)
+        }
+        assert all(any(n.startswith("window-state-") for n in names) for names in tables.values()), tables
+        assert not (settings.data_dir / "faust" / "worker-2").exists()
 
 
 # --- the broker unreachable while the gateway takes turns -----------------------------------------

@@ -174,9 +174,11 @@ def run_one(broker: Broker, tmp: Path) -> Outcome:
     return outcome(pipeline.settings, recalls, t0)
 
 
-def run_two(broker: Broker, tmp: Path, kill: bool) -> tuple[Outcome, dict[str, Any]]:
+def run_two(
+    broker: Broker, tmp: Path, kill: bool, table_store: str = "memory"
+) -> tuple[Outcome, dict[str, Any]]:
     t0 = time.monotonic()
-    base = make_pipeline(broker, tmp, **overrides(0))
+    base = make_pipeline(broker, tmp, **overrides(0), MEMSTREAM_TABLE_STORE=table_store)
     ports = [free_port(), free_port()]
     envs = [{**base.env, "MEMSTREAM_METRICS_PORT": str(p)} for p in ports]
     workers = [Pipeline(Settings.from_env(e), e, tmp / f"worker-{i}.log") for i, e in enumerate(envs)]
@@ -277,14 +279,18 @@ def test_two_replicas_of_every_role_give_the_same_memory_and_answers_as_one(
     assert all(r == one.recalls[0] for r in two.recalls)
 
 
+@pytest.mark.parametrize("table_store", ["memory", "rocksdb"])
 def test_with_one_worker_killed_the_survivor_loses_and_doubles_nothing(
-    broker: Broker, tmp_path: Path, one: Outcome
+    broker: Broker, tmp_path: Path, one: Outcome, table_store: str
 ) -> None:
     """The survivor takes the killed worker's partitions and redelivered work is recognised: every
     turn stored once, the same requests consolidated, no unit in two episodes.
     Tree nodes may differ a little from one worker's: work redelivered or handed on during the
-    rebalance reaches the summarizer later, so a session may be summarised under a later day."""
-    two, facts = run_two(broker, tmp_path, kill=True)
+    rebalance reaches the summarizer later, so a session may be summarised under a later day.
+    With ``rocksdb`` the two workers, started by hand on one data dir, each take a table directory
+    of their own (the second finds the first's held); the survivor reads the killed worker's
+    partition into its own."""
+    two, facts = run_two(broker, tmp_path, kill=True, table_store=table_store)
     print(
         f"\nreplicas, one worker killed at {facts['stored_at_kill']} of its units stored: survivor "
         f"held {facts['survivor_partitions']}, settled {facts['settled_s']:.1f}s after the kill, "
@@ -298,3 +304,13 @@ def test_with_one_worker_killed_the_survivor_loses_and_doubles_nothing(
     units = in_episodes(two, "units")
     assert units == sorted(set(units)) and set(units) == set(in_episodes(one, "units"))
     assert two.recalls[0] == two.recalls[1]  # both gateways read the same memory
+    if table_store == "rocksdb":
+        faust_dir = tmp_path / "data" / "faust"
+        held = {
+            d.name: sorted(p.name for p in d.glob("v*/tables/*.db"))
+            for d in faust_dir.glob("worker-*")
+            if d.is_dir()
+        }
+        assert sorted(held) == ["worker-0", "worker-1"], held
+        # The survivor holds both partitions of the window state in its own directory.
+        assert any({"window-state-0.db", "window-state-1.db"} <= set(dbs) for dbs in held.values()), held

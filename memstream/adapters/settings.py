@@ -163,6 +163,27 @@ class Settings(BaseSettings):
     max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")
     min_ts: str = Field("1970-01-01T00:00:00Z", description="earliest accepted dialogue time")
 
+    # --- table state (faust tables: open windows, summary trees, deleted users) -----------------
+    table_store: Literal["memory", "rocksdb"] = Field(
+        "memory",
+        description="where a worker keeps its per-user table state: memory = rebuilt from the changelog "
+        "topics on every start and rebalance; rocksdb = on disk under data_dir/faust/worker-N "
+        "(N = worker_index), read back from the changelogs only past what the disk holds",
+    )
+    table_standby_replicas: int = Field(
+        1,
+        ge=0,
+        description="standby copies of each table partition that other workers keep up to date from "
+        "the changelogs, so a takeover reads little (faust's table_standby_replicas)",
+    )
+    worker_index: int = Field(
+        0,
+        ge=0,
+        description="this worker's index among `memstream up`'s workers (up sets it for each); with "
+        "table_store=rocksdb it names the worker's table directory (the next free one when another "
+        "process holds it)",
+    )
+
     # --- query gateway -------------------------------------------------------------------
     gateway_port: int = Field(
         8080, ge=0, description="port of the HTTP gateway; memstream up starts one unless 0"

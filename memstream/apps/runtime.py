@@ -4,6 +4,8 @@ processor, faust worker. ``memstream up`` is :func:`run_up`.
 With ``workers`` > 1, ``up`` runs that many worker processes in one consumer group; Kafka gives
 each a share of the partitions, and each serves ``/metrics`` and ``/status`` on its own port
 (``metrics_port`` + its index). They stop together: on a signal, or when one of them exits.
+With ``table_store=rocksdb`` worker *i* keeps its tables under ``data_dir/faust/worker-<i>``
+(streams/table_store.py), found again when ``up`` restarts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from streams.app import build_app
 from streams.ingest import IngestProcessor
+from streams.table_store import claim_worker_dir
 
 log = logging.getLogger("memstream")
 
@@ -65,6 +68,19 @@ def run_up(settings: Settings) -> int:
 
 def run_worker(settings: Settings) -> None:
     """One faust worker in this process."""
+    if settings.table_store != "rocksdb":
+        _run_worker(settings)
+        return
+    # RocksDB locks its databases for one process: this worker's own directory, held while it runs.
+    claimed = claim_worker_dir(settings.data_dir, settings.worker_index)
+    try:
+        log.info("table state in RocksDB under %s", claimed.path)
+        _run_worker(settings.model_copy(update={"worker_index": claimed.index}))
+    finally:
+        claimed.release()
+
+
+def _run_worker(settings: Settings) -> None:
     embedder = make_embedder(settings)
     specs = [units_spec(embedder.dim), views_spec(embedder.dim)]
     if {"consolidate", "index"} & set(settings.roles):
@@ -125,9 +141,15 @@ def run_workers(settings: Settings) -> int:
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "memstream.apps.cli", "up"],
-            env={**env, "MEMSTREAM_METRICS_PORT": str(port), "MEMSTREAM_GATEWAY_PORT": "0"},
+            env={
+                **env,
+                "MEMSTREAM_METRICS_PORT": str(port),
+                "MEMSTREAM_GATEWAY_PORT": "0",
+                # worker i's table directory (table_store=rocksdb): the same one after a restart
+                "MEMSTREAM_WORKER_INDEX": str(i),
+            },
         )
-        for port in ports
+        for i, port in enumerate(ports)
     ]
     log.info("%d workers: pids %s", len(procs), ", ".join(str(p.pid) for p in procs))
     if settings.gateway_port:

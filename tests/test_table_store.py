@@ -1,0 +1,117 @@
+"""Table state on disk (streams/table_store.py): the faust settings each MEMSTREAM_TABLE_STORE gives,
+the RocksDB store filing every key under its user's partition (also outside any event, as the idle
+timer writes), and the worker directories, each held by one process and free again when it dies.
+The pipeline with RocksDB against the real broker: tests/test_faults.py and tests/test_replicas.py."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import faust
+import pytest
+
+from memstream.adapters.kafka import partition_for
+from memstream.adapters.settings import Settings
+from streams.faust_adapter import faust_settings
+from streams.table_store import UserStore, claim_worker_dir
+
+
+def test_the_faust_settings_carry_the_store_its_directory_and_the_standby_replicas(tmp_path: Path) -> None:
+    memory = faust_settings(Settings(data_dir=tmp_path))
+    assert memory["store"] == "memory://"
+    assert memory["datadir"] == str(tmp_path / "faust")
+    assert memory["table_standby_replicas"] == 1  # faust's default
+
+    rocks = faust_settings(
+        Settings.from_env(
+            {
+                "MEMSTREAM_DATA_DIR": str(tmp_path),
+                "MEMSTREAM_TABLE_STORE": "rocksdb",
+                "MEMSTREAM_TABLE_STANDBY_REPLICAS": "0",
+                "MEMSTREAM_WORKER_INDEX": "2",
+            }
+        )
+    )
+    assert rocks["store"] == "memstream-rocksdb://"
+    assert rocks["datadir"] == str(tmp_path / "faust" / "worker-2")  # each worker its own
+    assert rocks["table_standby_replicas"] == 0
+
+    with pytest.raises(ValueError):
+        Settings(table_store="lmdb")  # type: ignore[arg-type]
+
+
+def test_the_app_takes_the_store_from_the_url(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=4)
+    app = faust.App("table-store-test", **faust_settings(settings))
+    assert app.conf.table_standby_replicas == 1
+    table = app.Table("window-state", default=None, partitions=4, key_type=bytes, use_partitioner=True)
+    assert isinstance(table.data, UserStore)
+    assert str(app.conf.tabledir).startswith(str(tmp_path / "faust" / "worker-0"))
+
+
+def test_every_key_is_filed_under_its_users_partition_outside_any_event(tmp_path: Path) -> None:
+    """faust's own store takes the partition of the event being processed and refuses a write
+    outside one; the idle timer writes outside any, and an ingest batch mixes partitions."""
+    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=4)
+    app = faust.App("table-store-test", **faust_settings(settings))
+    table = app.Table("window-state", default=None, partitions=4, key_type=bytes, use_partitioner=True)
+    store = table.data
+    keys = [f"demo/user-{i}".encode() for i in range(40)]
+    for k in keys:
+        store[k] = {"user": k.decode()}  # no current event
+    filed = {p: set(store._visible_keys(db)) for p, db in store._dbs.items()}
+    assert {k: p for p, ks in filed.items() for k in ks} == {k: partition_for(k, 4) for k in keys}
+    assert len(filed) == 4
+    # What the table's update (the handlers' ``states.update``) ends in, after its changelog sends.
+    store.update({keys[0]: {"user": "again"}, keys[1]: {"user": "once more"}})
+    assert store[keys[0]] == {"user": "again"} and store[keys[1]] == {"user": "once more"}
+    assert store[keys[7]] == {"user": "demo/user-7"}
+    assert keys[7] in store and b"demo/nobody" not in store
+    del store[keys[7]]
+    assert keys[7] not in store
+    assert store.get(keys[7]) is None
+    # A partition whose database this worker does not have open holds nothing for it.
+    gone = partition_for(keys[8], 4)
+    store._dbs.pop(gone)
+    assert keys[8] not in store
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from streams.table_store import claim_worker_dir
+claimed = claim_worker_dir(Path(sys.argv[1]), int(sys.argv[2]))
+print(claimed.index, flush=True)
+time.sleep(600)
+"""
+
+
+def test_each_worker_holds_its_own_directory_until_it_dies(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path), "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "0"
+        # Another process asking for 0 (two `memstream up` by hand on one data dir) gets the next.
+        other = claim_worker_dir(tmp_path, 0)
+        assert other.index == 1 and other.path == tmp_path / "faust" / "worker-1" and other.path.is_dir()
+        third = claim_worker_dir(tmp_path, 1)
+        assert third.index == 2  # 1 is held by `other`
+        third.release()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        # Killed, it holds nothing: restarted, the worker finds its own directory again.
+        again = claim_worker_dir(tmp_path, 0)
+        assert again.index == 0
+        again.release()
+        other.release()
+        last = claim_worker_dir(tmp_path, 1)
+        assert last.index == 1
+        last.release()
+    finally:
+        holder.kill()
+        holder.wait()
