@@ -59,9 +59,7 @@ class UserStore(faust_rocksdb.Store):
         return partition_for(key, partitions)
 
     def _set(self, key: bytes, value: bytes | None) -> None:
-        partition = self._partition_of(key)
-        self._key_index[key] = partition
-        self._db_for_partition(partition).put(key, value)
+        self._db_for_partition(self._partition_of(key)).put(key, value)
 
     def _get(self, key: bytes) -> bytes | None:
         # Only a database this worker has open (an assigned or standby partition): as with the
