@@ -115,3 +115,31 @@ def test_each_worker_holds_its_own_directory_until_it_dies(tmp_path: Path) -> No
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_up_gives_each_worker_its_index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`memstream up --workers N` starts worker i with MEMSTREAM_WORKER_INDEX=i: after a restart of
+    `up`, worker i takes the directory it had."""
+    from memstream.apps import runtime
+
+    envs: list[dict[str, str]] = []
+
+    class Exited:
+        pid = 0
+        returncode = 0
+
+        def __init__(self, args: list[str], env: dict[str, str]) -> None:
+            envs.append(env)
+
+        def poll(self) -> int:
+            return 0
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(runtime.subprocess, "Popen", Exited)
+    settings = Settings(
+        data_dir=tmp_path, workers=3, topic_partitions=4, gateway_port=0, table_store="rocksdb"
+    )
+    assert runtime.run_workers(settings) == 0
+    assert [e["MEMSTREAM_WORKER_INDEX"] for e in envs] == ["0", "1", "2"]
