@@ -107,7 +107,13 @@ class RewindingConsumer(AIOKafkaConsumer):
     async def _rewind(self, tp: TP) -> None:
         metrics.CONSUMER_REWINDS.labels(tp.topic).inc()
         earliest = (await self.earliest_offsets(tp)).get(tp, 0)
-        offset, expired = self._order.rewind_to(tp, earliest)
+        target = self._order.rewind_to(tp, earliest)
+        if target is None:
+            # Sought, emptied or revoked while the broker answered (seen once: the streams resumed
+            # right after table recovery, a RocksDB restart that read nothing): seeking it is
+            # someone else's now; rewinding it here would be a second, stale seek.
+            return
+        offset, expired = target
         if expired:
             log.error(
                 "%s/%d: offsets %d-%d expired before they were processed; going on at %d",

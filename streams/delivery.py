@@ -83,11 +83,16 @@ class InOrder(Generic[K]):
         self._expected[tp] = offset + 1
         return Verdict.DELIVER
 
-    def rewind_to(self, tp: K, earliest: int) -> tuple[int, range]:
+    def rewind_to(self, tp: K, earliest: int) -> tuple[int, range] | None:
         """Where a partition with a record ahead of ``expected`` is sought back to, given the
         broker's earliest offset: the expected offset, or the earliest one and the range of
-        offsets that expired before they were delivered."""
-        expected = self._expected[tp]
+        offsets that expired before they were delivered. None when the partition no longer
+        expects an offset: a seek began, or the queues were emptied (``emptied``), or it was
+        revoked while the caller asked the broker for its earliest offset; whoever did that
+        seeks it."""
+        expected = self._expected.get(tp)
+        if expected is None:
+            return None
         if earliest > expected:
             return earliest, range(expected, earliest)
         return expected, range(0)

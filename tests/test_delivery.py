@@ -127,3 +127,14 @@ def test_emptied_queues_make_every_partition_wait_to_be_read_again() -> None:
     assert order.admit(TP, 4) is Verdict.WAIT
     sought(order, 3)  # read again from the committed offset
     assert order.admit(TP, 3) is Verdict.DELIVER
+
+
+def test_a_rewind_has_nothing_to_seek_once_the_partition_was_sought_emptied_or_revoked_meanwhile() -> None:
+    """The consumer asks the broker for the earliest offset between the verdict and the rewind; the
+    streams resuming (queues emptied), a seek or a revocation in that time leaves the partition to
+    whoever did it (found: a worker crashed on KeyError right after a RocksDB restart)."""
+    for meanwhile in (lambda o: o.emptied(), lambda o: o.seeking(TP), lambda o: o.forget(TP)):
+        order = sought(InOrder(), 3)
+        assert order.admit(TP, 5) is Verdict.REWIND
+        meanwhile(order)
+        assert order.rewind_to(TP, earliest=0) is None
