@@ -58,7 +58,9 @@ class Publisher:
                     updates += d.updates
                     if d.after is not None:
                         after.append(d.after)
+        generations = {u.key: self.own.generation(u.key) for u in updates}
         await asyncio.gather(*[await self.send(s.topic, s.key, s.value, headers(s)) for s in out])
-        self.own.published(updates)
+        # A user deleted while the records were on their way: their updates are never indexed.
+        self.own.published([u for u in updates if self.own.generation(u.key) == generations[u.key]])
         for step in after:
             step()

@@ -77,6 +77,7 @@ class OwnWrites:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pending: OrderedDict[str, dict[str, MemoryUpdate]] = OrderedDict()
+        self._forgotten: OrderedDict[str, int] = OrderedDict()  # times each user was forgotten
         self._timeout_s = timeout_s
         self._poll_s = poll_s
         self._sleep = sleep
@@ -92,6 +93,15 @@ class OwnWrites:
 
     def forget(self, user_key: str) -> None:
         self._pending.pop(user_key, None)
+        self._forgotten[user_key] = self.generation(user_key) + 1
+        self._forgotten.move_to_end(user_key)
+        while len(self._forgotten) > MAX_USERS:
+            self._forgotten.popitem(last=False)
+
+    def generation(self, user_key: str) -> int:
+        """How many times the user was forgotten lately: updates sent before it changed are the
+        deleted user's, which the indexer drops, so nothing may wait for them."""
+        return self._forgotten.get(user_key, 0)
 
     def waiting(self, user_key: str) -> int:
         return len(self._pending.get(user_key, {}))

@@ -102,3 +102,26 @@ def test_deferred_work_carries_when_it_was_first_made_and_a_reader_gets_that_tim
     assert made_at(headers[0], 2000.0) == 1234.5  # not the record's own create time
     assert made_at(dict(headers[0]), 2000.0) == 1234.5  # headers as faust may hand them over
     assert made_at(headers[1], 2000.0) == 2000.0 and made_at(None, None) is None
+
+
+def test_the_updates_of_a_user_deleted_while_they_were_sent_are_not_awaited() -> None:
+    """The tombstone's erase can run while a publish waits for its acks: the indexer then drops
+    those updates (made before the erase), and the user's next work must not wait 30 s for them."""
+    own = OwnWrites()
+    kept, gone = upsert(memory(1, user="kept")), upsert(memory(2, user="gone"))
+
+    async def run() -> None:
+        delivered = asyncio.get_running_loop().create_future()
+
+        async def send(topic: str, key: bytes, value: bytes, headers: Headers) -> asyncio.Future[None]:
+            return delivered
+
+        task = asyncio.ensure_future(Publisher(send, own)(Done(updates=[kept, gone])))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        own.forget(gone.key)  # the tombstone, handled meanwhile
+        delivered.set_result(None)
+        await task
+
+    asyncio.run(run())
+    assert own.waiting(kept.key) == 1 and own.waiting(gone.key) == 0
