@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -17,12 +19,12 @@ from hypothesis import strategies as st
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
+from memstream.core.memories import KIND_FIELD, MEMORIES, memories_spec, memory_from_payload
 from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
 from memstream.core.recall.engine import Recalled, recall
 from memstream.core.recall.time_intent import contains, distance
-from memstream.core.store import VectorStore
+from memstream.core.store import Hit, SearchQuery, VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from schemas.events import Message, Turn
@@ -187,6 +189,25 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
     assert counting.calls["scroll"] <= DEFAULT.max_session_lookups
     assert counting.calls["retrieve"] <= 4  # one per tree level above the sessions
     assert set(counting.calls) <= {"search_many", "scroll", "retrieve"}
+
+
+def test_recall_of_leaves_alone_looks_up_no_tree_node(store: VectorStore) -> None:
+    """Leaves are the default levels: a session, day or week node could only stand for them, so recall
+    neither searches session nodes nor walks up to any node's ancestors."""
+    counting = CountingStore(store)
+    searched: list[str] = []
+    inner_search = store.search_many
+
+    def search_many(collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        searched.extend(str(q.flt.equals.get(KIND_FIELD, collection)) for q in queries if q.flt)
+        return inner_search(collection, queries)
+
+    counting.inner = cast(VectorStore, SimpleNamespace(search_many=search_many))  # no scroll, no retrieve
+    query = "How has my running changed over the last months and why?"
+    result = recall(cast(VectorStore, counting), HashingEmbedder(384), user_key=USER, query=query, now=_now())
+    assert result.items and {i.level for i, _ in result.items} == {1}
+    assert set(counting.calls) == {"search_many"}
+    assert sorted(searched) == ["episode", "fact", "unit_views", "units"]  # no "session"
 
 
 def _now() -> datetime:

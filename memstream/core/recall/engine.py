@@ -1,8 +1,8 @@
 """Recall over one user's store: the thin shell that fetches candidates and their ancestors for ``rank``.
 
 Per call: three batched searches (units dense + BM25; the units' sentence and context views; episodes,
-facts and sessions), at most
-``config.max_session_lookups`` session lookups, one read per tree level above; the steps: docs/recall.md.
+facts and, when tree levels are asked, sessions), then for those at most ``config.max_session_lookups``
+session lookups and one read per tree level above; the steps: docs/recall.md.
 """
 
 from __future__ import annotations
@@ -67,7 +67,11 @@ def recall(
     if vector is None:
         vector = embedder.embed([query])[0]
 
-    leaves, sessions = _candidates(store, vector, query, user_key, config)
+    wanted = frozenset(config.levels if levels is None else levels)
+    # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
+    # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
+    tree = any(level > rank.LEAF_LEVEL for level in wanted)
+    leaves, sessions = _candidates(store, vector, query, user_key, config, sessions=tree)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -78,9 +82,12 @@ def recall(
         smoothed, config.min_content_words
     )  # phatic turns still lifted their neighbours
     activated = {item.id for item, _ in rank.top(scored, config.activated)}
-    leaves_up = [i for i, _ in scored if i.id in activated]
-    by_id, session_of = _ancestors(store, user_key, leaves_up, sessions, config.max_session_lookups)
-    linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
+    by_id: dict[str, rank.Item] = {}
+    linked = scored
+    if tree:
+        leaves_up = [i for i, _ in scored if i.id in activated]
+        by_id, session_of = _ancestors(store, user_key, leaves_up, sessions, config.max_session_lookups)
+        linked = [(_with_parent(item, session_of) if item.id in activated else item, s) for item, s in scored]
 
     def closeness(item: rank.Item) -> float:
         return distance(intent, item.start, item.end)
@@ -90,7 +97,7 @@ def recall(
         by_id,
         budget_tokens,
         inside=lambda i: contains(intent, i.start, i.end),
-        levels=frozenset(config.levels if levels is None else levels),
+        levels=wanted,
         activated=config.activated,
         level_decay=config.level_decay,
         contained=config.contained,
@@ -135,10 +142,16 @@ def _unit_cosines(
 
 
 def _candidates(
-    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str, config: RecallConfig
+    store: VectorStore,
+    vector: npt.NDArray[np.float32],
+    query: str,
+    user_key: str,
+    config: RecallConfig,
+    sessions: bool = True,
 ) -> tuple[list[rank.Item], list[rank.Item]]:
-    """The leaves nearest the query (units, episodes, facts; units also by BM25) and the session nodes
-    nearest it. Every candidate carries its cosine: the store rescores the lexical ones densely."""
+    """The leaves nearest the query (units, episodes, facts; units also by BM25) and, when ``sessions``,
+    the session nodes nearest it. Every candidate carries its cosine: the store rescores the lexical ones
+    densely."""
     mine = Filter(equals={USER_FIELD: user_key})
     sparse = lexical.encode_query(query)
     units_query = SearchQuery(
@@ -150,22 +163,22 @@ def _candidates(
         sparse_limit=config.lexical_candidates,
     )
     units_hits = store.search_many(UNITS, [units_query])[0]
-    kinds = [*LEAF_KINDS, MemoryKind.SESSION]
-    limits = [*(config.candidates for _ in LEAF_KINDS), config.session_candidates]
+    limits = {kind: config.candidates for kind in LEAF_KINDS}
+    if sessions:
+        limits[MemoryKind.SESSION] = config.session_candidates
     memory_hits = store.search_many(
         MEMORIES,
         [
             SearchQuery(
                 vector, limit, Filter(equals={USER_FIELD: user_key, KIND_FIELD: k.value}), (MEMORY_FIELD,)
             )
-            for k, limit in zip(kinds, limits, strict=True)
+            for k, limit in limits.items()
         ],
     )
     cosines = _unit_cosines(store, vector, user_key, units_hits, config)
     leaves = [unit_item(h.payload, cosine) for h, cosine in zip(units_hits, cosines, strict=True)]
-    leaves += [memory_item(h.payload, h.score) for hits in memory_hits[:-1] for h in hits]
-    sessions = [memory_item(h.payload, h.score) for h in memory_hits[-1]]
-    return leaves, sessions
+    leaves += [memory_item(h.payload, h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits]
+    return leaves, [memory_item(h.payload, h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
 
 
 def _ancestors(
