@@ -13,6 +13,11 @@ RocksDB locks each partition's database for one process. The workers of ``memstr
 ``MEMSTREAM_DATA_DIR``, so each takes a directory of its own, ``faust/worker-<i>``, held by a
 lock file for as long as the process lives (the kernel drops the lock when it dies, even by
 SIGKILL): :func:`claim_worker_dir`.
+
+A directory left unused for longer than the changelogs keep their tombstones would hold users
+erased meanwhile, with nothing left in the changelog to delete them: the worker holding it marks
+it in use (the lock file's time) while it runs, and a directory unused for longer than
+``MEMSTREAM_TABLE_STALE_AFTER_S`` is emptied when claimed, its state read from the changelogs.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,23 +103,49 @@ def worker_dir(data_dir: Path, index: int) -> Path:
 
 class WorkerDir:
     """Worker directory ``index``, held by an exclusive lock on ``worker-<index>.lock`` beside it
-    until :meth:`release` (or the process's end)."""
+    until :meth:`release` (or the process's end). The lock file's modification time is when the
+    directory was last known in use (:meth:`mark_in_use`)."""
 
     def __init__(self, data_dir: Path, index: int, fd: int) -> None:
         self.index = index
         self.path = worker_dir(data_dir, index)
         self._fd: int | None = fd
+        self._marking: threading.Event | None = None
+
+    def mark_in_use(self, at: float | None = None) -> None:
+        if self._fd is not None:
+            os.utime(self._fd, None if at is None else (at, at))
+
+    def keep_marked(self, every_s: float) -> None:
+        """Mark the directory in use every ``every_s`` seconds until :meth:`release`."""
+        stop = self._marking = threading.Event()
+
+        def mark() -> None:
+            while not stop.wait(every_s):
+                self.mark_in_use()
+
+        threading.Thread(target=mark, name="worker-dir-in-use", daemon=True).start()
 
     def release(self) -> None:
+        if self._marking is not None:
+            self._marking.set()
         if self._fd is not None:
+            self.mark_in_use()
             os.close(self._fd)  # closing the descriptor drops the lock
             self._fd = None
 
 
-def claim_worker_dir(data_dir: Path, preferred: int, limit: int = 1024) -> WorkerDir:
+def claim_worker_dir(
+    data_dir: Path,
+    preferred: int,
+    stale_after_s: float = float("inf"),
+    limit: int = 1024,
+    clock: Callable[[], float] = time.time,
+) -> WorkerDir:
     """The worker directory ``preferred``, or the first free one after it when another process
     holds it (two `memstream up` started by hand on one data dir both get index 0), so a restarted
-    worker finds its own state. Locks are ``flock``: released by the kernel when the holder dies."""
+    worker finds its own state. Locks are ``flock``: released by the kernel when the holder dies.
+    A directory last in use more than ``stale_after_s`` seconds ago is emptied (see the module)."""
     base = data_dir / "faust"
     base.mkdir(parents=True, exist_ok=True)
     for index in [preferred, *(i for i in range(limit) if i != preferred)]:
@@ -121,7 +156,18 @@ def claim_worker_dir(data_dir: Path, preferred: int, limit: int = 1024) -> Worke
             os.close(fd)
             continue
         claimed = WorkerDir(data_dir, index, fd)
+        unused_s = clock() - os.fstat(fd).st_mtime
+        if claimed.path.exists() and unused_s > stale_after_s:
+            log.warning(
+                "worker directory %s was last in use %.0f s ago (more than %.0f s): emptied, its table "
+                "state is read from the changelogs",
+                claimed.path,
+                unused_s,
+                stale_after_s,
+            )
+            shutil.rmtree(claimed.path)
         claimed.path.mkdir(parents=True, exist_ok=True)
+        claimed.mark_in_use(clock())
         if index != preferred:
             log.info(
                 "worker directory %d is held by another process; this worker uses %s", preferred, claimed.path

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import faust
@@ -143,3 +144,36 @@ def test_up_gives_each_worker_its_index(monkeypatch: pytest.MonkeyPatch, tmp_pat
     )
     assert runtime.run_workers(settings) == 0
     assert [e["MEMSTREAM_WORKER_INDEX"] for e in envs] == ["0", "1", "2"]
+
+
+def test_a_worker_directory_unused_for_longer_than_the_tombstones_live_is_emptied(tmp_path: Path) -> None:
+    """A directory kept past the changelogs' tombstone retention would hold users erased while it was
+    away: claimed after ``stale_after_s`` unused, it starts empty and reads the changelogs."""
+    first = claim_worker_dir(tmp_path, 0, stale_after_s=3600)
+    (first.path / "window-state-0.db").write_text("state")
+    first.release()
+    now = time.time()
+
+    # Back within the hour: the state is kept.
+    again = claim_worker_dir(tmp_path, 0, stale_after_s=3600, clock=lambda: now + 1800)
+    assert (again.path / "window-state-0.db").read_text() == "state"
+    again.release()  # marks it in use now
+
+    # Away for longer: emptied, and marked in use from now on.
+    later = claim_worker_dir(tmp_path, 0, stale_after_s=3600, clock=lambda: now + 2 * 3600)
+    assert later.path.is_dir() and not any(later.path.iterdir())
+    lock = tmp_path / "faust" / "worker-0.lock"
+    assert lock.stat().st_mtime == pytest.approx(now + 2 * 3600)
+    later.release()
+
+
+def test_a_running_worker_keeps_its_directory_marked_in_use(tmp_path: Path) -> None:
+    claimed = claim_worker_dir(tmp_path, 0)
+    lock = tmp_path / "faust" / "worker-0.lock"
+    claimed.mark_in_use(at=1_000_000.0)  # as if claimed long ago
+    claimed.keep_marked(every_s=0.05)
+    deadline = time.monotonic() + 10
+    while lock.stat().st_mtime == 1_000_000.0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lock.stat().st_mtime > time.time() - 60
+    claimed.release()

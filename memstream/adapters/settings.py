@@ -170,6 +170,13 @@ class Settings(BaseSettings):
         "topics on every start and rebalance; rocksdb = on disk under data_dir/faust/worker-N "
         "(N = worker_index), read back from the changelogs only past what the disk holds",
     )
+    table_stale_after_s: float = Field(
+        43_200,
+        gt=0,
+        description="with table_store=rocksdb, a worker directory unused for longer is emptied at start "
+        "and its state read from the changelogs: by then compaction may have dropped the tombstones of "
+        "users erased meanwhile (delete.retention.ms, 24 h by default; keep this below it)",
+    )
     table_standby_replicas: int = Field(
         1,
         ge=0,

@@ -72,7 +72,8 @@ def run_worker(settings: Settings) -> None:
         _run_worker(settings)
         return
     # RocksDB locks its databases for one process: this worker's own directory, held while it runs.
-    claimed = claim_worker_dir(settings.data_dir, settings.worker_index)
+    claimed = claim_worker_dir(settings.data_dir, settings.worker_index, settings.table_stale_after_s)
+    claimed.keep_marked(every_s=min(600.0, settings.table_stale_after_s / 4))
     try:
         log.info("table state in RocksDB under %s", claimed.path)
         _run_worker(settings.model_copy(update={"worker_index": claimed.index}))
