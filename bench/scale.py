@@ -9,7 +9,9 @@ Each size gets a fresh Tansu broker and one `memstream up` worker (hash embedder
 1. **ingest**: every user's --turns-per-user turns (one session a user, dated days before today),
    produced round-robin over the users; `turns_per_s` = turns ÷ (first produce → every turn
    committed by the worker). `ratio_to_1k_users` divides by the 1,000-user size of the same run.
-2. **memory**: RSS of `memstream up` and its worker (VmRSS summed over the process tree) once drained.
+2. **memory**: RSS of `memstream up` and its worker (VmRSS summed over the process tree) once drained,
+   and `rss_anon_mib`, its anonymous part (RssAnon: the heap); the rest is file pages, mostly the
+   embedded store's memory-mapped segments, which the kernel can drop and read back.
 3. **state**: the bytes the worker's per-user tables hold, read back from their changelog topics
    (the latest value of each key, key and value bytes), ÷ users: `state_bytes_per_user`.
 4. **restart**: the worker stopped (SIGTERM) and started again, with a 1 s idle close;
@@ -131,7 +133,7 @@ def one_size(users: int, per_user: int, roles: str, deadline: float) -> dict[str
                 if not asyncio.run(wait_processed(settings, topic, report.last_offsets, left(), poll=0.5)):
                     raise SystemExit(f"not drained before the deadline; see {log}")
                 ingest_s = time.monotonic() - t0
-                rss_kib, _ = memory_kib(proc.pid)
+                rss_kib, anon_kib = memory_kib(proc.pid)
                 units = fetch_status(settings)["units_in_store"]
             finally:
                 stop(proc)
@@ -169,6 +171,9 @@ def one_size(users: int, per_user: int, roles: str, deadline: float) -> dict[str
         "ingest_s": round(ingest_s, 1),
         "turns_per_s": round(users * per_user / ingest_s, 1),
         "rss_mib": round(rss_kib / 1024, 1),
+        # The heap; the rest of the RSS is file pages (the embedded store's memory-mapped segments),
+        # which the kernel drops under memory pressure and reads back when touched.
+        "rss_anon_mib": round(anon_kib / 1024, 1),
         "state_bytes": state,
         "state_bytes_per_user": round(sum(state.values()) / users, 1),
         "restart_to_ready_s": round(ready_s, 1),
@@ -219,10 +224,11 @@ def main() -> None:
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
-    print("users       turns/s  ratio  RSS MiB  state B/user  restart s  idle close s")
+    print("users       turns/s  ratio  RSS MiB  anon MiB  state B/user  restart s  idle close s")
     for s in result["ladder"]:
         print(
             f"{s['users']:>9,}  {s['turns_per_s']:>8}  {s['ratio_to_1k_users']:>5}  {s['rss_mib']:>7}  "
+            f"{s['rss_anon_mib']:>8}  "
             f"{s['state_bytes_per_user']:>12}  {s['restart_to_ready_s']:>9}  {s['idle_close_all_s']:>12}"
         )
 
