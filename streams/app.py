@@ -74,6 +74,7 @@ from streams.publish import Publisher
 from streams.read_leases import ReadLeases
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from streams.routing import misplaced
+from streams.table_store import use_changelog_recovery
 
 log = logging.getLogger("memstream")
 # How long a rebalance waits for the recalls still reading a revoked partition's store (a recall takes
@@ -90,6 +91,7 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     # short fetch waits against Tansu). faust types it a ClassVar, but set on this app's transport
     # instance it leaves other apps in the process (tests) alone.
     app.transport.Consumer = TansuConsumer if settings.tansu_quirks else RewindingConsumer  # type: ignore[misc]
+    use_changelog_recovery(app)  # a database ahead of its changelog is emptied, not fatal
 
     def topic(spec: TopicSpec) -> faust.TopicT:
         return app.topic(

@@ -14,6 +14,11 @@ RocksDB locks each partition's database for one process. The workers of ``memstr
 lock file for as long as the process lives (the kernel drops the lock when it dies, even by
 SIGKILL): :func:`claim_worker_dir`.
 
+A database can also be ahead of its changelog: the topic was deleted and made again, or the broker
+came back empty (Tansu keeps its data in memory). faust then refuses to recover (its
+``ConsistencyError``) and the worker would crash at every start. Kafka Streams wipes such a store
+and restores it from the changelog; so does :class:`ChangelogRecovery`, for the partition concerned.
+
 A directory left unused for longer than the changelogs keep their tombstones would hold users
 erased meanwhile, with nothing left in the changelog to delete them: the worker holding it marks
 it in use (the lock file's time) while it runs, and a directory unused for longer than
@@ -28,12 +33,16 @@ import os
 import shutil
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from faust.stores import STORES
 from faust.stores import rocksdb as faust_rocksdb
+from faust.tables.recovery import Recovery
+from faust.types import TP, AppT, ConsumerT
+from rocksdict import Rdict
 
 from memstream.adapters.kafka import partition_for
 
@@ -87,8 +96,51 @@ class UserStore(faust_rocksdb.Store):
         if db is not None:
             db.delete(key)
 
+    def discard_partition(self, partition: int) -> None:
+        """Delete this worker's database of ``partition``: it opens empty next time, with no offset."""
+        db = self._dbs.pop(partition, None)
+        if db is not None:
+            db.close()
+        self._key_index.clear()
+        path = self.partition_path(partition)
+        if path.exists():
+            Rdict.destroy(str(path))
+
 
 STORES.aliases[SCHEME] = f"{__name__}:UserStore"
+
+
+class ChangelogRecovery(Recovery):
+    """faust's recovery, except that a partition whose database holds an offset past the end of its
+    changelog (the topic was made again, or the broker lost its data) is emptied and read from the
+    changelog's start, where faust would raise ``ConsistencyError``: the changelog no longer backs
+    what the database holds, so none of it is kept."""
+
+    async def _build_offsets(
+        self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
+    ) -> None:
+        await super()._build_offsets(consumer, tps, destination, title)
+        if title != "active":  # faust builds the standbys' highwaters after their offsets
+            return
+        for tp in tps:
+            offset, highwater = destination[tp], self.active_highwaters.get(tp)
+            store = getattr(self.tp_to_table[tp], "data", None)
+            # faust's own test (recovery.py): both set and the offset past the highwater.
+            if offset and highwater and offset > highwater and isinstance(store, UserStore):
+                log.warning(
+                    "%s holds offset %d, past the end of its changelog (%d): emptied, read from the start",
+                    tp,
+                    offset,
+                    highwater,
+                )
+                store.discard_partition(tp.partition)
+                destination[tp] = -1
+
+
+def use_changelog_recovery(app: AppT) -> None:
+    """Make ``app``'s tables recover with :class:`ChangelogRecovery` (before the app starts)."""
+    tables = app.tables
+    tables._recovery = ChangelogRecovery(app, tables, beacon=tables.beacon, loop=tables.loop)  # type: ignore[attr-defined]
 
 
 def store_url(table_store: str) -> str:

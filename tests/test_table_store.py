@@ -5,6 +5,7 @@ The pipeline with RocksDB against the real broker: tests/test_faults.py and test
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -13,18 +14,22 @@ from pathlib import Path
 
 import faust
 import pytest
+from faust.types import TP
 
 from memstream.adapters.kafka import partition_for
 from memstream.adapters.settings import Settings
 from streams.faust_adapter import faust_settings
-from streams.table_store import UserStore, claim_worker_dir
+from streams.table_store import ChangelogRecovery, UserStore, claim_worker_dir, use_changelog_recovery
 
 
 def test_the_faust_settings_carry_the_store_its_directory_and_the_standby_replicas(tmp_path: Path) -> None:
-    memory = faust_settings(Settings(data_dir=tmp_path))
+    default = faust_settings(Settings(data_dir=tmp_path))
+    assert default["store"] == "memstream-rocksdb://"
+    assert default["datadir"] == str(tmp_path / "faust" / "worker-0")
+    assert default["table_standby_replicas"] == 1  # faust's default
+    memory = faust_settings(Settings(data_dir=tmp_path, table_store="memory"))
     assert memory["store"] == "memory://"
     assert memory["datadir"] == str(tmp_path / "faust")
-    assert memory["table_standby_replicas"] == 1  # faust's default
 
     rocks = faust_settings(
         Settings.from_env(
@@ -78,6 +83,42 @@ def test_every_key_is_filed_under_its_users_partition_outside_any_event(tmp_path
     gone = partition_for(keys[8], 4)
     store._dbs.pop(gone)
     assert keys[8] not in store
+
+
+def test_a_partition_ahead_of_its_changelog_is_emptied_rather_than_fatal(tmp_path: Path) -> None:
+    """The broker came back without the changelog (or the topic was made again): the database of
+    that partition is deleted and opens empty with no offset, so recovery reads the changelog from
+    its start instead of faust raising ConsistencyError at every start. The app uses this recovery."""
+    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=2)
+    app = faust.App("table-store-test", **faust_settings(settings))
+    use_changelog_recovery(app)  # as streams.app.build_app does
+    assert isinstance(app.tables.recovery, ChangelogRecovery)
+    table = app.Table("window-state", default=None, partitions=2, key_type=bytes, use_partitioner=True)
+    store = table.data
+    keys = [f"demo/user-{i}".encode() for i in range(20)]
+    for k in keys:
+        store[k] = {"user": k.decode()}
+    tp = TP(table.changelog_topic.get_topic_name(), 0)
+    store.set_persisted_offset(tp, 41)
+    recovery = app.tables.recovery
+    recovery.add_active(table, tp)
+    recovery.active_highwaters[tp] = -1  # an empty changelog
+
+    class Earliest:
+        async def earliest_offsets(self, *tps: TP) -> dict[TP, int | None]:
+            return dict.fromkeys(tps)
+
+    asyncio.run(recovery._build_offsets(Earliest(), {tp}, recovery.active_offsets, "active"))  # type: ignore[arg-type]
+    assert recovery.active_offsets[tp] == -1  # read from the start, no ConsistencyError
+    assert store.persisted_offset(tp) is None
+    assert [k for k in keys if k in store] == [k for k in keys if partition_for(k, 2) == 1]
+    # A partition within its changelog keeps its database and its offset.
+    other = TP(tp.topic, 1)
+    store.set_persisted_offset(other, 5)
+    recovery.add_active(table, other)
+    recovery.active_highwaters[other] = 9
+    asyncio.run(recovery._build_offsets(Earliest(), {other}, recovery.active_offsets, "active"))  # type: ignore[arg-type]
+    assert recovery.active_offsets[other] == 5 and store.persisted_offset(other) == 5
 
 
 HOLD = """
