@@ -165,7 +165,7 @@ class Settings(BaseSettings):
 
     # --- table state (faust tables: open windows, summary trees, deleted users) -----------------
     table_store: Literal["memory", "rocksdb"] = Field(
-        "memory",
+        "rocksdb",
         description="where a worker keeps its per-user table state: memory = rebuilt from the changelog "
         "topics on every start and rebalance; rocksdb = on disk under data_dir/faust/worker-N "
         "(N = worker_index), read back from the changelogs only past what the disk holds",
