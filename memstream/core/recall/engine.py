@@ -20,7 +20,7 @@ import orjson
 from memstream.core import lexical
 from memstream.core.embedder import Embedder
 from memstream.core.memories import KIND_FIELD, MEMORIES, MEMORY_FIELD
-from memstream.core.recall import rank
+from memstream.core.recall import rank, speakers
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
 from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
@@ -67,11 +67,11 @@ def recall(
     if vector is None:
         vector = embedder.embed([query])[0]
 
-    leaves, sessions = _candidates(store, vector, query, user_key, config)
+    leaves, sessions, words = _candidates(store, embedder, vector, query, user_key, config)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
-        list(zip(leaves, rank.leaf_scores(leaves, query, config.lam), strict=True)), intent.asks_change, None
+        list(zip(leaves, rank.leaf_scores(leaves, words, config.lam), strict=True)), intent.asks_change, None
     )
     smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
     scored = rank.drop_phatic(
@@ -135,21 +135,45 @@ def _unit_cosines(
 
 
 def _candidates(
-    store: VectorStore, vector: npt.NDArray[np.float32], query: str, user_key: str, config: RecallConfig
-) -> tuple[list[rank.Item], list[rank.Item]]:
-    """The leaves nearest the query (units, episodes, facts; units also by BM25) and the session nodes
-    nearest it. Every candidate carries its cosine: the store rescores the lexical ones densely."""
+    store: VectorStore,
+    embedder: Embedder,
+    vector: npt.NDArray[np.float32],
+    query: str,
+    user_key: str,
+    config: RecallConfig,
+) -> tuple[list[rank.Item], list[rank.Item], str]:
+    """The leaves nearest the query (units, episodes, facts; units also by BM25), the session nodes
+    nearest it, and the query's words for BM25. Every candidate carries its cosine: the store rescores
+    the lexical ones densely.
+
+    A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
+    with its vector mixed with that of the query without the names (``speakers.mix``), its words
+    without them; the other searches use that mix. One more embedding and one more search, for such
+    queries only."""
     mine = Filter(equals={USER_FIELD: user_key})
-    sparse = lexical.encode_query(query)
-    units_query = SearchQuery(
-        vector,
-        config.unit_candidates,
-        mine,
-        with_payload=(UNIT_FIELD,),
-        sparse=sparse,
-        sparse_limit=config.lexical_candidates,
-    )
-    units_hits = store.search_many(UNITS, [units_query])[0]
+
+    def search_units(vector: npt.NDArray[np.float32], words: str) -> list[Hit]:
+        units_query = SearchQuery(
+            vector,
+            config.unit_candidates,
+            mine,
+            with_payload=(UNIT_FIELD,),
+            sparse=lexical.encode_query(words),
+            sparse_limit=config.lexical_candidates,
+        )
+        return store.search_many(UNITS, [units_query])[0]
+
+    units_hits = search_units(vector, query)
+    units = [orjson.loads(h.payload[UNIT_FIELD]) for h in units_hits]
+    words, scale = query, 1.0
+    named = speakers.named_speakers(query, {s for u in units for s in u.get("speakers", ())})
+    if named and config.speakerless_weight > 0:
+        stripped = speakers.without_names(query, named)
+        if lexical.tokenize(stripped):
+            words = stripped
+            vector, scale = speakers.mix(vector, embedder.embed([words])[0], config.speakerless_weight)
+            units_hits = search_units(vector, words)
+            units = [orjson.loads(h.payload[UNIT_FIELD]) for h in units_hits]
     kinds = [*LEAF_KINDS, MemoryKind.SESSION]
     limits = [*(config.candidates for _ in LEAF_KINDS), config.session_candidates]
     memory_hits = store.search_many(
@@ -162,10 +186,10 @@ def _candidates(
         ],
     )
     cosines = _unit_cosines(store, vector, user_key, units_hits, config)
-    leaves = [unit_item(h.payload, cosine) for h, cosine in zip(units_hits, cosines, strict=True)]
-    leaves += [memory_item(h.payload, h.score) for hits in memory_hits[:-1] for h in hits]
-    sessions = [memory_item(h.payload, h.score) for h in memory_hits[-1]]
-    return leaves, sessions
+    leaves = [unit_record_item(u, scale * cosine) for u, cosine in zip(units, cosines, strict=True)]
+    leaves += [memory_item(h.payload, scale * h.score) for hits in memory_hits[:-1] for h in hits]
+    sessions = [memory_item(h.payload, scale * h.score) for h in memory_hits[-1]]
+    return leaves, sessions, words
 
 
 def _ancestors(
@@ -222,7 +246,11 @@ def _with_parent(item: rank.Item, session_of: dict[str, str]) -> rank.Item:
 
 def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
     """A stored unit (its payload's ``unit`` record) as a recall item."""
-    unit = orjson.loads(payload[UNIT_FIELD])
+    return unit_record_item(orjson.loads(payload[UNIT_FIELD]), score)
+
+
+def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
+    """A stored unit's record (``Unit`` as JSON, read) as a recall item."""
     ts = datetime.fromisoformat(unit["ts"])
     turn = (unit["turn_id"],)
     return rank.Item(
