@@ -71,7 +71,9 @@ def recall(
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
-        list(zip(leaves, rank.leaf_scores(leaves, words, config.lam), strict=True)), intent.asks_change, None
+        list(zip(leaves, rank.leaf_scores(leaves, words, config.lam, config.stemmed), strict=True)),
+        intent.asks_change,
+        None,
     )
     smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
     scored = rank.drop_phatic(
