@@ -99,3 +99,22 @@ def test_token_ids_are_the_same_in_another_process() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
     assert out.stdout.strip() == str(lexical.encode_query("zanzibar guitar").indices)
+
+
+@pytest.mark.parametrize(
+    ("words", "stem"),
+    [
+        (["camp", "camped", "camping", "camps"], "camp"),
+        (["city", "cities"], "city"),
+        (["dance", "danced", "dancing", "dances"], "danc"),
+        (["class", "classes"], "class"),  # not the -s of -ss
+        (["visit", "visited", "visits", "visiting"], "visit"),
+    ],
+)
+def test_inflections_of_a_word_share_its_stem(words: list[str], stem: str) -> None:
+    assert {lexical.stem(w) for w in words} == {stem}
+
+
+@pytest.mark.parametrize("word", ["is", "was", "bed", "sing", "use", "2023", "x"])
+def test_short_words_keep_their_letters(word: str) -> None:
+    assert lexical.stem(word) == word  # a suffix comes off only when three letters remain

@@ -129,6 +129,18 @@ def test_leaf_scores_mix_dense_and_sparse() -> None:
     assert mixed == pytest.approx([DEFAULT.lam * 0.3 + (1 - DEFAULT.lam), DEFAULT.lam * 0.6])
 
 
+def test_leaf_scores_meet_inflections_through_the_stemmed_share() -> None:
+    items = [
+        item("a", text="Melanie: camping at the beach", dense=0.5),
+        item("b", text="Melanie: wow", dense=0.5),
+    ]
+    assert leaf_scores(items, "camped", lam=0.0, stemmed=0.0) == [0.0, 0.0]  # no word in common
+    assert leaf_scores(items, "camped", lam=0.0, stemmed=0.5) == [0.5, 0.0]  # the stems meet
+    assert leaf_scores(items, "camped", lam=0.0, stemmed=1.0) == [1.0, 0.0]
+    exact = [item("c", text="camped by the lake"), item("d", text="camping by the lake")]
+    assert leaf_scores(exact, "camped", lam=0.0, stemmed=0.5) == [1.0, 0.5]  # the word itself counts more
+
+
 def test_bm25_counts_stop_words_in_neither_terms_nor_length() -> None:
     # "the" is a stop word: the two docs have the same length for BM25, so the same score.
     assert bm25_scores("the violin", ["violin", "the the the violin"]) == [1.0, 1.0]

@@ -288,3 +288,49 @@ def test_recall_runs_on_the_config_it_is_given(tmp_path: Path) -> None:
     assert any("Thanks" in i.text for i, _ in flat.items)  # the flat preset filters nothing
     assert all(score == pytest.approx(i.dense) for i, score in flat.items)  # cosine only, no smoothing
     assert any(score != pytest.approx(i.dense) for i, score in default.items)
+
+
+class RecordingEmbedder(HashingEmbedder):
+    """Remembers the texts it embeds."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize(
+    ("query", "weight", "embedded", "searches"),
+    [
+        (
+            "Where did Anna book the Zanzibar trip?",
+            DEFAULT.speakerless_weight,
+            ["Where did book the Zanzibar trip?"],
+            4,
+        ),
+        ("Where did Anna book the Zanzibar trip?", 0.0, [], 3),  # off
+        ("Where did I book the Zanzibar trip?", DEFAULT.speakerless_weight, [], 3),  # no speaker named
+        ("Anna?", DEFAULT.speakerless_weight, [], 3),  # nothing but the name
+    ],
+)
+def test_a_query_naming_a_speaker_is_searched_once_more_without_the_name(
+    tmp_path: Path, query: str, weight: float, embedded: list[str], searches: int
+) -> None:
+    shards = _store_of(tmp_path, ["I booked the Zanzibar trip for the spring.", "The flights were cheap."])
+    counting, embedder = CountingStore(shards.get(0)), RecordingEmbedder(384)
+    result = recall(
+        cast(VectorStore, counting),
+        embedder,
+        user_key="t/anna",
+        query=query,
+        now=datetime(2024, 5, 2, tzinfo=UTC),
+        config=replace(DEFAULT, speakerless_weight=weight),
+        vector=HashingEmbedder(384).embed([query])[0],
+    )
+    shards.close()
+    assert embedder.texts == embedded
+    assert counting.calls["search_many"] == searches
+    assert any("Zanzibar" in i.text for i, _ in result.items)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
+from functools import lru_cache
 from itertools import filterfalse
 
 from memstream.core.store import SparseVector
@@ -43,6 +44,24 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 def tokenize(text: str) -> list[str]:
     """Lowercase ``[a-z0-9]+`` runs, stop words left out, in text order."""
     return list(filterfalse(STOP_WORDS.__contains__, _TOKEN.findall(text.lower())))
+
+
+# Suffixes ``stem`` takes off, the first that fits: -ies to -y, then -ing, -ed, -es, -s.
+_SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
+
+
+@lru_cache(maxsize=65536)
+def stem(token: str) -> str:
+    """A light English stem, so that inflections of one word meet: "camped", "camping" and "camps" ->
+    "camp"; "cities" and "city" -> "city"; "dance", "danced", "dancing" -> "danc". The first of
+    -ies (-> -y), -ing, -ed, -es, -s that leaves at least three letters comes off (not the -s of -ss),
+    then a final -e of a stem longer than three letters. Recall's BM25 over its candidates only
+    (``rank.leaf_scores``); the store's sparse vectors hold the words as ``tokenize`` gives them."""
+    for suffix, replacement in _SUFFIXES:
+        if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.endswith("ss"):
+            token = token[: -len(suffix)] + replacement
+            break
+    return token[:-1] if len(token) > 3 and token.endswith("e") else token
 
 
 def token_id(token: str) -> int:

@@ -30,6 +30,13 @@ class RecallConfig:
     # A leaf with at least this share of its content words in one leaf already selected is skipped
     # (rank.select); above 1: never.
     contained: float
+    # A question naming a speaker of the conversation (recall.speakers) is also embedded without the name:
+    # a unit's dense score is (1 - w) * its score for the question + w * its score for the question without
+    # the name, w this weight; its BM25 words leave the name out. 0: off (no extra embedding or search).
+    speakerless_weight: float
+    # The lexical score is (1 - stemmed) * BM25 of the words + stemmed * BM25 of their stems (lexical.stem)
+    # over the candidates (rank.leaf_scores); 0: the words only.
+    stemmed: float
 
 
 DEFAULT = RecallConfig(
@@ -65,6 +72,14 @@ DEFAULT = RecallConfig(
     # 0.9: a unit an episode quotes whole, or a fact its unit states; skipping them raised text recall
     # at 1000 tokens by 0.3 on LoCoMo dev (0.6 % of returned items), changed nothing at 500.
     contained=0.9,
+    # LoCoMo dev (docs/recall.md, "Questions that name a speaker"): text 77.6 -> 81.8 / 85.5 -> 88.4 and
+    # multi-hop text 33.1 -> 39.5 / 50.3 -> 59.5 at 500 / 1000 tokens, no category lower; 0.2-0.5 within
+    # a point of each other. Costs questions that name a speaker one embedding and one more search.
+    speakerless_weight=0.3,
+    # LoCoMo dev (docs/recall.md, "Stems in BM25"): multi-hop text 39.5 -> 45.3 / 59.5 -> 62.0 and answer
+    # 75.6 -> 76.9 / 81.0 -> 81.3 at 500 / 1000 tokens, text 81.8 -> 82.1 / 88.4 -> 88.6; stems alone (1.0)
+    # cost text at 500 tokens (80.9).
+    stemmed=0.5,
 )
 
 # The eval's flat hybrid baseline (memstream.apps.baselines): the user's raw turns scored with TiMem's 0.9,
@@ -79,4 +94,6 @@ FLAT_HYBRID = replace(
     sentence_weight=0.0,
     context_weight=0.0,
     contained=2.0,  # never skipped
+    speakerless_weight=0.0,
+    stemmed=0.0,
 )

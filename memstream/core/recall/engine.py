@@ -20,7 +20,7 @@ import orjson
 from memstream.core import lexical
 from memstream.core.embedder import Embedder
 from memstream.core.memories import KIND_FIELD, MEMORIES, MEMORY_FIELD
-from memstream.core.recall import rank
+from memstream.core.recall import rank, speakers
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
 from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
@@ -71,11 +71,13 @@ def recall(
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
     # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
     tree = any(level > rank.LEAF_LEVEL for level in wanted)
-    leaves, sessions = _candidates(store, vector, query, user_key, config, sessions=tree)
+    leaves, sessions, words = _candidates(store, embedder, vector, query, user_key, config, sessions=tree)
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
-        list(zip(leaves, rank.leaf_scores(leaves, query, config.lam), strict=True)), intent.asks_change, None
+        list(zip(leaves, rank.leaf_scores(leaves, words, config.lam, config.stemmed), strict=True)),
+        intent.asks_change,
+        None,
     )
     smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
     scored = rank.drop_phatic(
@@ -143,26 +145,45 @@ def _unit_cosines(
 
 def _candidates(
     store: VectorStore,
+    embedder: Embedder,
     vector: npt.NDArray[np.float32],
     query: str,
     user_key: str,
     config: RecallConfig,
     sessions: bool = True,
-) -> tuple[list[rank.Item], list[rank.Item]]:
-    """The leaves nearest the query (units, episodes, facts; units also by BM25) and, when ``sessions``,
-    the session nodes nearest it. Every candidate carries its cosine: the store rescores the lexical ones
-    densely."""
+) -> tuple[list[rank.Item], list[rank.Item], str]:
+    """The leaves nearest the query (units, episodes, facts; units also by BM25), when ``sessions``
+    the session nodes nearest it, and the query's words for BM25. Every candidate carries its cosine:
+    the store rescores the lexical ones densely.
+
+    A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
+    with its vector mixed with that of the query without the names (``speakers.mix``), its words
+    without them; the other searches use that mix. One more embedding and one more search, for such
+    queries only."""
     mine = Filter(equals={USER_FIELD: user_key})
-    sparse = lexical.encode_query(query)
-    units_query = SearchQuery(
-        vector,
-        config.unit_candidates,
-        mine,
-        with_payload=(UNIT_FIELD,),
-        sparse=sparse,
-        sparse_limit=config.lexical_candidates,
-    )
-    units_hits = store.search_many(UNITS, [units_query])[0]
+
+    def search_units(vector: npt.NDArray[np.float32], words: str) -> list[Hit]:
+        units_query = SearchQuery(
+            vector,
+            config.unit_candidates,
+            mine,
+            with_payload=(UNIT_FIELD,),
+            sparse=lexical.encode_query(words),
+            sparse_limit=config.lexical_candidates,
+        )
+        return store.search_many(UNITS, [units_query])[0]
+
+    units_hits = search_units(vector, query)
+    units = [orjson.loads(h.payload[UNIT_FIELD]) for h in units_hits]
+    words, scale = query, 1.0
+    named = speakers.named_speakers(query, {s for u in units for s in u.get("speakers", ())})
+    if named and config.speakerless_weight > 0:
+        stripped = speakers.without_names(query, named)
+        if lexical.tokenize(stripped):
+            words = stripped
+            vector, scale = speakers.mix(vector, embedder.embed([words])[0], config.speakerless_weight)
+            units_hits = search_units(vector, words)
+            units = [orjson.loads(h.payload[UNIT_FIELD]) for h in units_hits]
     limits = {kind: config.candidates for kind in LEAF_KINDS}
     if sessions:
         limits[MemoryKind.SESSION] = config.session_candidates
@@ -176,9 +197,12 @@ def _candidates(
         ],
     )
     cosines = _unit_cosines(store, vector, user_key, units_hits, config)
-    leaves = [unit_item(h.payload, cosine) for h, cosine in zip(units_hits, cosines, strict=True)]
-    leaves += [memory_item(h.payload, h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits]
-    return leaves, [memory_item(h.payload, h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
+    leaves = [unit_record_item(u, scale * cosine) for u, cosine in zip(units, cosines, strict=True)]
+    leaves += [
+        memory_item(h.payload, scale * h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits
+    ]
+    nodes = [memory_item(h.payload, scale * h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
+    return leaves, nodes, words
 
 
 def _ancestors(
@@ -235,7 +259,11 @@ def _with_parent(item: rank.Item, session_of: dict[str, str]) -> rank.Item:
 
 def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
     """A stored unit (its payload's ``unit`` record) as a recall item."""
-    unit = orjson.loads(payload[UNIT_FIELD])
+    return unit_record_item(orjson.loads(payload[UNIT_FIELD]), score)
+
+
+def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
+    """A stored unit's record (``Unit`` as JSON, read) as a recall item."""
     ts = datetime.fromisoformat(unit["ts"])
     turn = (unit["turn_id"],)
     return rank.Item(

@@ -17,7 +17,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from memstream.core.dates import coarse_date, render_span
-from memstream.core.lexical import K1, B, tokenize
+from memstream.core.lexical import K1, B, stem, tokenize
 from memstream.core.recall.config import DEFAULT
 
 Complexity = Literal["simple", "hybrid", "complex"]
@@ -79,15 +79,19 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = K1, b: float = B) -
 
     Stop words count neither as terms nor towards a document's length. Only the query's terms are counted
     (recall scores a few hundred documents per question)."""
-    terms = list(dict.fromkeys(tokenize(query)))  # unique, in query order, so sums are deterministic
-    if not docs or not terms:
-        return [0.0] * len(docs)
-    words = [tokenize(d) for d in docs]
+    return _bm25(tokenize(query), [tokenize(d) for d in docs], k1, b)
+
+
+def _bm25(query: Sequence[str], words: Sequence[Sequence[str]], k1: float = K1, b: float = B) -> list[float]:
+    """``bm25_scores`` of the query's words against each document's words."""
+    terms = list(dict.fromkeys(query))  # unique, in query order, so sums are deterministic
+    if not words or not terms:
+        return [0.0] * len(words)
     lengths = [len(w) for w in words]
     avgdl = sum(lengths) / len(lengths)
     if avgdl == 0:
-        return [0.0] * len(docs)
-    n = len(docs)
+        return [0.0] * len(words)
+    n = len(words)
     counts = [[w.count(t) for t in terms] for w in words]
     df = [sum(1 for row in counts if row[j]) for j in range(len(terms))]
     # Lucene's idf is never negative: a common term cannot rank a matching doc below a non-matching one.
@@ -97,12 +101,21 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = K1, b: float = B) -
         norm = k1 * (1 - b + b * length / avgdl)
         raw.append(sum(idf[j] * f * (k1 + 1) / (f + norm) for j, f in enumerate(row) if f))
     top = max(raw)
-    return [s / top for s in raw] if top > 0 else [0.0] * len(docs)
+    return [s / top for s in raw] if top > 0 else [0.0] * len(words)
 
 
-def leaf_scores(items: Sequence[Item], query: str, lam: float = DEFAULT.lam) -> list[float]:
-    """TiMem's leaf score: lam * cosine + (1 - lam) * BM25 (normalised over ``items``)."""
-    sparse = bm25_scores(query, [i.text for i in items])
+def leaf_scores(
+    items: Sequence[Item], query: str, lam: float = DEFAULT.lam, stemmed: float = DEFAULT.stemmed
+) -> list[float]:
+    """TiMem's leaf score: lam * cosine + (1 - lam) * BM25 (normalised over ``items``). The BM25 is
+    (1 - stemmed) * BM25 of the words + stemmed * BM25 of their stems (``lexical.stem``), each
+    normalised: "Where has Melanie camped?" meets "camping at the beach"."""
+    terms = tokenize(query)
+    words = [tokenize(i.text) for i in items]
+    sparse = _bm25(terms, words)
+    if stemmed > 0:
+        stems = _bm25([stem(t) for t in terms], [[stem(t) for t in w] for w in words])
+        sparse = [(1 - stemmed) * s + stemmed * t for s, t in zip(sparse, stems, strict=True)]
     return [lam * i.dense + (1 - lam) * s for i, s in zip(items, sparse, strict=True)]
 
 
