@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
+from typing import TypeVar
 
 from consumers.extractive.episodes import episodes
 from consumers.extractive.facts import facts
@@ -11,15 +15,28 @@ from consumers.extractive.summaries import durative, profile, summary
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
 from schemas.memory import Memory, MemoryKind
 
+T = TypeVar("T")
+
 WRITER_NAME = "extractive@3"  # 2: provenance names the quoted turns only; 3: facts, profiles,
 # topics and personas are dated third-person statements, episodes grouped by speaker without small talk
 
 
 class ExtractiveWriter:
-    """``consumers.writer.Writer`` over the package's functions: no LLM, no I/O, zero tokens."""
+    """``consumers.writer.Writer`` over the package's functions: no LLM, no I/O, zero tokens.
+
+    They are CPU work (TF-IDF, centrality: milliseconds to tens of them a call), run on one thread of
+    the writer's own: on the worker's event loop they held up ingest and the recalls it answers (a
+    recall waited for the summaries the loop was writing), and one thread leaves the other cores to
+    them."""
 
     model: str | None = None
     extractive = True  # and zero tokens: nothing here calls a model
+
+    def __init__(self) -> None:
+        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extractive")
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn)
 
     def label(self, stage: str) -> str:
         return WRITER_NAME  # one version for every stage: there is no prompt to tell apart
@@ -27,12 +44,12 @@ class ExtractiveWriter:
     async def episodes(
         self, scope: Scope, units: Sequence[Source], merge_into: Source | None
     ) -> list[EpisodeDraft]:
-        return episodes(scope, units, merge_into)
+        return await self._run(partial(episodes, scope, units, merge_into))
 
     async def facts(
         self, scope: Scope, episode: EpisodeDraft, units: Sequence[Source], related: Sequence[Memory]
     ) -> list[FactDraft]:
-        return facts(scope, episode, units, related)
+        return await self._run(partial(facts, scope, episode, units, related))
 
     async def summary(
         self,
@@ -43,7 +60,7 @@ class ExtractiveWriter:
         children: Sequence[Source],
         history: Sequence[Source],
     ) -> Written:
-        return summary(scope, kind, start, end, children, history)
+        return await self._run(partial(summary, scope, kind, start, end, children, history))
 
     async def profile(
         self,
@@ -53,9 +70,9 @@ class ExtractiveWriter:
         children: Sequence[Source],
         previous: Source | None,
     ) -> Written:
-        return profile(scope, start, end, children, previous)
+        return await self._run(partial(profile, scope, start, end, children, previous))
 
     async def durative(
         self, scope: Scope, month: datetime, cluster: Sequence[Source]
     ) -> tuple[Written, Written]:
-        return durative(scope, month, cluster)
+        return await self._run(partial(durative, scope, month, cluster))
