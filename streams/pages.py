@@ -5,6 +5,7 @@ holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.rem
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,8 +68,18 @@ class Recalls:
         if not self.leases.try_enter(p):
             metrics.WORKER_RECALLS_SHED.inc()
             return 503, f"{self.leases.limit} recalls already running on this worker".encode()
+        asked = time.perf_counter()
+
+        def run() -> bytes:
+            started = time.perf_counter()
+            metrics.WORKER_RECALL_SECONDS.labels("queued").observe(started - asked)
+            try:
+                return serve_recall(self.store_of(p), self.embedder, query)
+            finally:
+                metrics.WORKER_RECALL_SECONDS.labels("run").observe(time.perf_counter() - started)
+
         try:
-            return 200, await asyncio.to_thread(serve_recall, self.store_of(p), self.embedder, query)
+            return 200, await asyncio.to_thread(run)
         except ValueError as exc:
             return 400, str(exc).encode()
         finally:

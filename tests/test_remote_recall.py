@@ -235,9 +235,11 @@ def test_the_worker_page_sheds_past_its_limit_and_refuses_what_it_cannot_serve(
     leases = ReadLeases(limit=1)
     recalls = Recalls(lambda: {0}, leases, lambda _: sample_memory, EMBEDDER)
     body = orjson.dumps(ask_to_wire(ask("Where am I moving to?")))
+    ran = metrics.WORKER_RECALL_SECONDS.labels("run")._sum.get()
     status, out = asyncio.run(recalls.answer("0", body))
     assert status == 200 and recalled_from_wire(orjson.loads(out)).items
     assert leases.reading(0) == 0
+    assert metrics.WORKER_RECALL_SECONDS.labels("run")._sum.get() > ran  # timed for /metrics
 
     assert leases.try_enter(0)  # a recall is running: the limit is reached
     shed = metrics.WORKER_RECALLS_SHED._value.get()

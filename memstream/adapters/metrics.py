@@ -126,6 +126,13 @@ GATEWAY_SHED = Counter(
     ["route"],
 )
 USERS_DELETED = Counter("memstream_users_deleted", "Users forgotten through DELETE", ["tenant"])
+WORKER_RECALL_SECONDS = Histogram(
+    "memstream_worker_recall_seconds",
+    "Recalls a worker ran for a gateway: queued = from the request read to its thread starting, "
+    "run = the recall itself (engine and wire)",
+    ["stage"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 WORKER_RECALLS_SHED = Counter(
     "memstream_worker_recalls_shed",
     "Recalls a worker refused with 503 because MEMSTREAM_WORKER_RECALL_CONCURRENCY were already running",
