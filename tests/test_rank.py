@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memstream.core.lexical import stem, tokenize
+from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT
 from memstream.core.recall.rank import (
     Item,
@@ -487,6 +489,28 @@ def test_line_breaks_between_items_are_charged() -> None:
     assert ids(out) == ["a"]
     assert tokens(render_context(out, UTC_ZONE)) == 6
     assert tokens(render_context([(a, 1.0), (b, 0.9)], UTC_ZONE)) == 8
+
+
+WORDS = ["camp", "camped", "camping", "camps", "city", "cities", "dance", "x"]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS)), max_size=8),
+    st.lists(st.sampled_from(["camping", "cities", "danced", "x", "the"]), min_size=1, max_size=4),
+)
+def test_the_stemmed_bm25_counts_each_stem_as_stemming_every_word(
+    docs: list[list[str]], query: list[str]
+) -> None:
+    """leaf_scores counts a stem as the sum of the counts of the candidates' words with that stem: the
+    same as BM25 over every document stemmed word by word (what it computed before), to the bit."""
+    items = [item(f"u{n}", text=" ".join(words)) for n, words in enumerate(docs)]
+    q = " ".join(query)
+    words = [tokenize(i.text) for i in items]
+    stemmed = rank._bm25([stem(t) for t in tokenize(q)], [[stem(t) for t in w] for w in words])
+    plain = rank._bm25(tokenize(q), words)
+    lexical = [(1 - 0.5) * p + 0.5 * s for p, s in zip(plain, stemmed, strict=True)]
+    expected = [0.7 * i.dense + (1 - 0.7) * s for i, s in zip(items, lexical, strict=True)]
+    assert leaf_scores(items, q, lam=0.7, stemmed=0.5) == expected
 
 
 def test_phatic_units_state_fewer_than_three_content_words() -> None:

@@ -85,15 +85,21 @@ def bm25_scores(query: str, docs: Sequence[str], k1: float = K1, b: float = B) -
 def _bm25(query: Sequence[str], words: Sequence[Sequence[str]], k1: float = K1, b: float = B) -> list[float]:
     """``bm25_scores`` of the query's words against each document's words."""
     terms = list(dict.fromkeys(query))  # unique, in query order, so sums are deterministic
-    if not words or not terms:
-        return [0.0] * len(words)
-    lengths = [len(w) for w in words]
+    return _okapi([[w.count(t) for t in terms] for w in words], [len(w) for w in words], k1, b)
+
+
+def _okapi(
+    counts: Sequence[Sequence[int]], lengths: Sequence[int], k1: float = K1, b: float = B
+) -> list[float]:
+    """Okapi BM25 from each document's count of each query term and its length, normalised by the max."""
+    if not counts or not counts[0]:
+        return [0.0] * len(counts)
     avgdl = sum(lengths) / len(lengths)
     if avgdl == 0:
-        return [0.0] * len(words)
-    n = len(words)
-    counts = [[w.count(t) for t in terms] for w in words]
-    df = [sum(1 for row in counts if row[j]) for j in range(len(terms))]
+        return [0.0] * len(counts)
+    n = len(counts)
+    terms = range(len(counts[0]))
+    df = [sum(1 for row in counts if row[j]) for j in terms]
     # Lucene's idf is never negative: a common term cannot rank a matching doc below a non-matching one.
     idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in df]
     raw: list[float] = []
@@ -101,7 +107,7 @@ def _bm25(query: Sequence[str], words: Sequence[Sequence[str]], k1: float = K1, 
         norm = k1 * (1 - b + b * length / avgdl)
         raw.append(sum(idf[j] * f * (k1 + 1) / (f + norm) for j, f in enumerate(row) if f))
     top = max(raw)
-    return [s / top for s in raw] if top > 0 else [0.0] * len(words)
+    return [s / top for s in raw] if top > 0 else [0.0] * len(counts)
 
 
 def leaf_scores(
@@ -114,7 +120,14 @@ def leaf_scores(
     words = [tokenize(i.text) for i in items]
     sparse = _bm25(terms, words)
     if stemmed > 0:
-        stems = _bm25([stem(t) for t in terms], [[stem(t) for t in w] for w in words])
+        # A document's count of a stem is that of the words with that stem: the query's stems are looked
+        # up among the candidates' distinct words once, not stemmed word by word in every document.
+        forms: dict[str, list[str]] = {s: [] for s in dict.fromkeys(map(stem, terms))}
+        for word in {t for w in words for t in w}:
+            if (s := stem(word)) in forms:
+                forms[s].append(word)
+        counts = [[sum(map(w.count, same)) for same in forms.values()] for w in words]
+        stems = _okapi(counts, [len(w) for w in words])
         sparse = [(1 - stemmed) * s + stemmed * t for s, t in zip(sparse, stems, strict=True)]
     return [lam * i.dense + (1 - lam) * s for i, s in zip(items, sparse, strict=True)]
 
