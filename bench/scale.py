@@ -18,24 +18,29 @@ Each size gets a fresh Tansu broker and one `memstream up` worker (hash embedder
    `restart_to_ready_s` = start → a new turn sent after the start is stored (tables recovered,
    partitions owned, ingest running), not merely /readyz.
 5. **idle closing**: from that restart until every user's session was closed for idleness
-   (`memstream_windows_closed_total{level="session",reason="idle"}` = users): `idle_close_all_s`.
+   (`memstream_windows_closed_total{level="session",reason="idle"}` = users): `idle_close_all_s`,
+   and `idle_closed_per_s`. With --idle-close-seconds S it is watched for at most S seconds: if not
+   every session closed by then, `idle_close_all_s` is null and `idle_closed_per_s` is the rate so far.
 
-Long: 1,000,000 users is 3,000,000 turns through one worker (about an hour on the 2-core machine).
-Every wait is bounded by --max-seconds for the whole run; every process started is stopped.
+Each size's figures go to stderr as soon as they are measured. Long: 1,000,000 users is 3,000,000
+turns through one worker (about an hour of ingest on the 2-core machine; `--turns-per-user 1`, about
+20 minutes). Every wait is bounded by --max-seconds for the whole run; every process started is stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -84,7 +89,8 @@ def turns(users: int, per_user: int, salt: str = "") -> Iterator[RawRecord]:
 
 async def table_bytes(settings: Settings) -> dict[str, int]:
     """Bytes of the latest value of each key (key included) in each changelog topic of the app, by
-    table. Read until idle (Tansu's end offsets are not to be trusted: see the README)."""
+    table. Read until idle (Tansu's end offsets are not to be trusted: see the README) for 15 s: a
+    first fetch from a broker holding a million users' records took more than 2 s."""
     consumer = AIOKafkaConsumer(**client_kwargs(settings))
     await consumer.start()
     try:
@@ -94,7 +100,7 @@ async def table_bytes(settings: Settings) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in names:
         latest: dict[bytes, int] = {}
-        for r in await read_records(settings, name, idle_s=2.0):
+        for r in await read_records(settings, name, idle_s=15.0):
             if r.value is None:
                 latest.pop(r.key or b"", None)
             else:
@@ -108,7 +114,33 @@ def closed_idle_sessions(settings: Settings) -> float:
     return float(fetch_status(settings).get("memstream_windows_closed", {}).get("session/idle", 0))
 
 
-def one_size(users: int, per_user: int, roles: str, deadline: float) -> dict[str, Any]:
+def watch_idle_closing(
+    closed_now: Callable[[], float],
+    sessions: int,
+    started: float,
+    until: float,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+) -> tuple[float | None, float]:
+    """Seconds from ``started`` until ``closed_now()`` (sessions closed for idleness) reached
+    ``sessions`` (None if not by ``until``, a monotonic time), and the sessions closed per second
+    meanwhile. A failing ``closed_now`` (the worker busy) counts as no progress."""
+    closed = 0.0
+    while time.monotonic() < until:
+        if proc.poll() is not None:
+            raise SystemExit(f"memstream up exited ({proc.returncode}); see {log}")
+        with contextlib.suppress(Exception):
+            closed = closed_now()
+        if closed >= sessions:
+            took = time.monotonic() - started
+            return took, closed / took
+        time.sleep(0.5)
+    return None, closed / (time.monotonic() - started)
+
+
+def one_size(
+    users: int, per_user: int, roles: str, deadline: float, idle_close_s: float | None = None
+) -> dict[str, Any]:
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
     work = Path(tempfile.mkdtemp(prefix="memstream-scale-"))
     env = {
@@ -153,19 +185,19 @@ def one_size(users: int, per_user: int, roles: str, deadline: float) -> dict[str
                     log,
                 )
                 ready_s = time.monotonic() - t1
-                wait(
-                    lambda: closed_idle_sessions(settings) >= users + 2,
-                    left(),
-                    "every session closed",
-                    proc,
-                    log,
+                until = deadline if idle_close_s is None else min(deadline, t1 + idle_close_s)
+                idle_s, idle_rate = watch_idle_closing(
+                    lambda: closed_idle_sessions(settings), users + 2, t1, until, proc, log
                 )
-                idle_s = time.monotonic() - t1
             finally:
                 stop(proc)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {
+    if not state.get("window-state"):
+        print(
+            f"  read no window state back from {users:,} users: state_bytes_per_user is null", file=sys.stderr
+        )
+    size = {
         "users": users,
         "turns": users * per_user,
         "ingest_s": round(ingest_s, 1),
@@ -175,10 +207,13 @@ def one_size(users: int, per_user: int, roles: str, deadline: float) -> dict[str
         # which the kernel drops under memory pressure and reads back when touched.
         "rss_anon_mib": round(anon_kib / 1024, 1),
         "state_bytes": state,
-        "state_bytes_per_user": round(sum(state.values()) / users, 1),
+        "state_bytes_per_user": round(sum(state.values()) / users, 1) if state.get("window-state") else None,
         "restart_to_ready_s": round(ready_s, 1),
-        "idle_close_all_s": round(idle_s, 1),
+        "idle_close_all_s": None if idle_s is None else round(idle_s, 1),
+        "idle_closed_per_s": round(idle_rate, 1),
     }
+    print(f"  {orjson.dumps(size).decode()}", file=sys.stderr, flush=True)
+    return size
 
 
 def sizes(users: int) -> list[int]:
@@ -189,10 +224,16 @@ def sizes(users: int) -> list[int]:
     return out if out[-1] == users else [*out, users]
 
 
-def run(users: int, per_user: int = 3, roles: str = "ingest", max_seconds: float = 7200.0) -> dict[str, Any]:
+def run(
+    users: int,
+    per_user: int = 3,
+    roles: str = "ingest",
+    max_seconds: float = 7200.0,
+    idle_close_s: float | None = None,
+) -> dict[str, Any]:
     """The ladder's figures; the top size's as the result's own keys (see the module's docstring)."""
     deadline = time.monotonic() + max_seconds
-    ladder = [one_size(n, per_user, roles, deadline) for n in sizes(users)]
+    ladder = [one_size(n, per_user, roles, deadline, idle_close_s) for n in sizes(users)]
     for size in ladder:
         size["ratio_to_1k_users"] = round(size["turns_per_s"] / ladder[0]["turns_per_s"], 2)
     return {
@@ -215,12 +256,25 @@ def main() -> None:
     p.add_argument("--turns-per-user", type=int, default=3, help="turns of each user (default 3)")
     p.add_argument("--roles", default="ingest", help="MEMSTREAM_ROLES of the worker (default: ingest)")
     p.add_argument("--max-seconds", type=float, default=7200.0, help="bound on the whole run (7200)")
+    p.add_argument(
+        "--idle-close-seconds",
+        type=float,
+        help="watch idle closing for at most this long at each size (default: until every session closed)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     args = p.parse_args()
-    if args.users < FIRST or args.turns_per_user < 1 or args.max_seconds <= 0:
-        p.error(f"--users must be at least {FIRST:,}; --turns-per-user and --max-seconds positive")
+    if (
+        args.users < FIRST
+        or args.turns_per_user < 1
+        or args.max_seconds <= 0
+        or (args.idle_close_seconds or 1) <= 0
+    ):
+        p.error(
+            f"--users must be at least {FIRST:,}; "
+            "--turns-per-user, --max-seconds and --idle-close-seconds positive"
+        )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the pipeline and broker stopped
-    result = run(args.users, args.turns_per_user, args.roles, args.max_seconds)
+    result = run(args.users, args.turns_per_user, args.roles, args.max_seconds, args.idle_close_seconds)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
@@ -229,7 +283,7 @@ def main() -> None:
         print(
             f"{s['users']:>9,}  {s['turns_per_s']:>8}  {s['ratio_to_1k_users']:>5}  {s['rss_mib']:>7}  "
             f"{s['rss_anon_mib']:>8}  "
-            f"{s['state_bytes_per_user']:>12}  {s['restart_to_ready_s']:>9}  {s['idle_close_all_s']:>12}"
+            f"{s['state_bytes_per_user']!s:>12}  {s['restart_to_ready_s']:>9}  {s['idle_close_all_s']!s:>12}"
         )
 
 

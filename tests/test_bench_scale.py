@@ -4,11 +4,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from bench.scale import one_size, sizes
+from bench.scale import one_size, sizes, watch_idle_closing
 
 pytestmark = pytest.mark.integration
 
@@ -27,3 +31,37 @@ def test_one_size_ingests_restarts_and_closes_every_users_session() -> None:
     assert 0 < figures["rss_anon_mib"] <= figures["rss_mib"]
     # Ready means a turn sent after the restart was stored; every session closed after that.
     assert 0 < figures["restart_to_ready_s"] <= figures["idle_close_all_s"]
+    assert figures["idle_closed_per_s"] == pytest.approx(302 / figures["idle_close_all_s"], rel=0.05)
+
+
+@pytest.fixture
+def running() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_idle_closing_watched_until_every_session_closed(running: subprocess.Popen[bytes]) -> None:
+    counts = iter([0.0, 40.0, 100.0])
+    started = time.monotonic()
+    took, rate = watch_idle_closing(lambda: next(counts), 100, started, started + 30, running, Path("log"))
+    assert took is not None and 0.9 <= took < 5 and rate == pytest.approx(100 / took)
+
+
+def test_idle_closing_not_done_in_time_gives_the_rate_so_far(running: subprocess.Popen[bytes]) -> None:
+    def flaky() -> float:  # the worker too busy to answer counts as no progress
+        if time.monotonic() - started < 0.3:
+            raise TimeoutError
+        return 50.0
+
+    started = time.monotonic()
+    took, rate = watch_idle_closing(flaky, 100, started, started + 1.2, running, Path("log"))
+    assert took is None and 50 / 2.5 < rate <= 50 / 1.2  # 0.5 s polls: it stops by 1.7 s
+
+
+def test_idle_closing_stops_when_the_worker_exits() -> None:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    with pytest.raises(SystemExit, match="exited"):
+        watch_idle_closing(lambda: 0.0, 1, time.monotonic(), time.monotonic() + 5, done, Path("log"))

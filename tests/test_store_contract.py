@@ -365,7 +365,8 @@ def test_delete_by_filter(store: VectorStore) -> None:
     assert store.count(SPEC.name, Filter(equals={"user": "user-1"})) == 6
     assert store.count(SPEC.name) == 26
     store.delete(SPEC.name, Filter(equals={"user": "user-2"}))
-    assert store.count(SPEC.name) == 16
+    # Without a filter the count may come from the store's own tallies: the same number as a scan.
+    assert store.count(SPEC.name) == store.count(SPEC.name, Filter(ranges={"ts": Range(gte=0)})) == 16
     assert search(store, SPEC.name, unit(0), 10, Filter(equals={"user": "user-2"})) == []
 
 

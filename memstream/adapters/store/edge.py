@@ -149,7 +149,13 @@ class EdgeStore:
             self._shard(collection).update(UpdateOperation.set_payload(_id_list(ids), dict(values)))
 
     def count(self, collection: str, flt: Filter | None = None) -> int:
-        return self._shard(collection).count(CountRequest(exact=True, filter=_to_edge(flt)))
+        shard = self._shard(collection)
+        if flt is None:
+            # The segments' own point counts (deleted and overwritten points excluded). An exact count
+            # visits every point, ~90 ns each with the GIL held: 0.1-0.3 s of a worker's event loop per
+            # /status call at a million users.
+            return int(shard.info().points_count)
+        return shard.count(CountRequest(exact=True, filter=_to_edge(flt)))
 
     def scroll(
         self, collection: str, flt: Filter | None, limit: int, offset: str | None = None
