@@ -61,7 +61,8 @@ def points_of(
 
 
 def turns(n: int, users: int) -> list[Turn]:
-    """``n`` turns of a user's note and the assistant's reply, spread over ``users`` users."""
+    """``n`` turns of a user's note and the assistant's reply, spread over ``users`` users. (bench.scale's
+    generator, in this script's own shape: run as ``python bench/store.py``, ``bench`` is not importable.)"""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     return [
         Turn(
