@@ -28,7 +28,7 @@ class Send:
     topic: str  # the topic's name without the prefix (schemas/topics.py)
     key: bytes
     value: bytes
-    made_at: float | None = None  # re-queued work: sent with the MADE_AT header
+    made_at: float | None = None  # when its work was made, if not at the send: the MADE_AT header
 
 
 def sends(spec: TopicSpec, records: Sequence[Record], made_at: float | None = None) -> list[Send]:
@@ -54,6 +54,9 @@ class Done:
     updates: Sequence[MemoryUpdate] = ()  # to memory.updates, then awaited by the next work's barrier
     trigger: str | None = None  # counted as consolidation work of this trigger
     after: Callable[[], None] | None = None
+    # When the work that made ``updates`` began: they carry it (MADE_AT). A user deleted after then
+    # has them dropped by the indexer, however late their sends are stamped (streams/handlers.py).
+    made_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ class Received:
     topic: str
     partition: int
     offset: int
-    # When the record's work was made (epoch seconds): its create time, or, for re-queued work,
-    # its first record's (decisions.MADE_AT).
+    # When the record's work was made (epoch seconds): its create time, or its MADE_AT header
+    # (streams/decisions.py): re-queued work keeps its first record's, memory updates their work's start.
     timestamp: float | None
 
     def incoming(self, value: bytes | None = None) -> Incoming:
@@ -192,7 +192,8 @@ class Consolidating:
     def finished(self, job: Job, updates: Sequence[MemoryUpdate], trigger: str) -> Done | Dropped:
         if made_before(self.gone(job.key), job.now):
             return Dropped(job.source)  # the user was deleted while this ran
-        return Done(updates=updates, trigger=trigger)
+        # The user may still be deleted before the updates are sent: they carry when this began.
+        return Done(updates=updates, trigger=trigger, made_at=job.now)
 
 
 class Requests:
@@ -278,7 +279,7 @@ class Summaries:
             await self.publish(decision)
             return True, state
         if window.level == WindowLevel.MONTH:
-            decision = replace(decision, sends=sends(DEFERRED, [self.durative_job(window)]))
+            decision = replace(decision, sends=sends(DEFERRED, [self.durative_job(window)], job.now))
         await self.publish(decision)
         return True, after
 

@@ -54,7 +54,11 @@ class Publisher:
                         metrics.CONSOLIDATIONS.labels(d.trigger, "done" if d.updates else "nothing").inc()
                     for w in d.windows:  # counted where published: the ingest agent and the idle timer
                         metrics.WINDOWS_CLOSED.labels(w.level.value, w.reason.value).inc()
-                    out += [*d.sends, *sends(WINDOWS, d.windows), *sends(MEMORY_UPDATES, d.updates)]
+                    out += [
+                        *d.sends,
+                        *sends(WINDOWS, d.windows),
+                        *sends(MEMORY_UPDATES, d.updates, d.made_at),
+                    ]
                     updates += d.updates
                     if d.after is not None:
                         after.append(d.after)

@@ -24,9 +24,10 @@ from memstream.core.store import CollectionSpec, Point, VectorStore
 from memstream.core.units import USER_FIELD
 from schemas.events import Deferred, Tombstone, WindowClosed
 from schemas.memory import MemoryUpdate
-from schemas.topics import DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
-from streams.decisions import Decision, Done, Dropped
+from schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
+from streams.decisions import Decision, Done, Dropped, made_at
 from streams.handlers import Consolidating, Forgetting, Indexing, Received, Retries
+from streams.publish import Publisher
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from tests.test_own_writes import EMBEDDER, memory, stored
 
@@ -124,6 +125,51 @@ def test_an_index_batch_embedding_while_its_user_is_erased_writes_none_of_theirs
     asyncio.run(run())
     assert stored(store, erased) is None  # checked before the erase, written back after it: no more
     assert stored(store, other) == other  # another user's update in the same batch is written
+    store.close()
+
+
+def test_updates_stamped_after_their_user_was_erased_are_dropped_by_when_their_work_began(
+    tmp_path: Path,
+) -> None:
+    """Consolidation asks whether its user is gone when it finishes, but does not hold the lock the
+    forget agent takes: the tombstone can be handled while the updates are being sent, so they are
+    stamped after the erase. They carry when their work began, and the indexer drops them."""
+    store = EdgeStore(tmp_path / "store")
+    store.ensure_collection(memories_spec(EMBEDDER.dim))
+    forgotten: dict[bytes, list[float]] = {}
+    now = [100.0]
+
+    def gone(key: bytes | None) -> Forgotten | None:
+        return Forgotten.from_json(forgotten.get(key or b""))
+
+    barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
+    step = Consolidating(lambda _: store, barrier, gone, lambda: False, lambda: now[0], 0.0)
+    forgetting = Forgetting(forgotten, [], barrier, lambda _: store, [MEMORIES], lambda: now[0])
+    indexing = Indexing(Indexer(EMBEDDER).apply, lambda _: store, gone, lambda: now[0])
+    erased = memory(1, user="u1")
+    request = Received(erased.key.encode(), b"{}", CONSOLIDATION.name, 0, 0, timestamp=99.0)
+    done = step.finished(step.job(request, CONSOLIDATION.name), [upsert(erased)], "recurrence")
+    assert isinstance(done, Done)  # the user is still there when the work finishes
+    stone = Tombstone(
+        tenant="t", user_id="u1", deleted_at=datetime.fromtimestamp(99.5, UTC), units=0, memories=0
+    )
+    sent: list[Received] = []
+
+    async def send(
+        topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> asyncio.Future[None]:
+        now[0] = 101.0  # the tombstone, handled before this record is stamped
+        await forgetting.tombstone(Received(key, stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5))
+        now[0] = 102.0
+        sent.append(Received(key, value, topic, 0, len(sent), made_at(headers, now[0])))
+        delivered = asyncio.get_running_loop().create_future()
+        delivered.set_result(None)
+        return delivered
+
+    asyncio.run(Publisher(send, barrier.own)(done))
+    assert [r.topic for r in sent] == [MEMORY_UPDATES.name]
+    assert asyncio.run(indexing.batch(sent))[0] == Dropped("index", 1)
+    assert stored(store, erased) is None
     store.close()
 
 

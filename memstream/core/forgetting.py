@@ -8,7 +8,9 @@ that such records are dropped wherever they arrive later:
 * ``deleted_at``: when the gateway deleted the user (its clock). A turn sent before then is
   forgotten (Kafka's create time of the record, set by the gateway that accepted it).
 * ``handled_at``: when this worker erased the user (its clock). Consolidation work (a request, a
-  closed window, deferred work, a memory update) made by this worker before then is forgotten.
+  closed window, deferred work, a memory update) made by this worker before then is forgotten. A
+  memory update counts as made when its work began, not when it was sent: the erase can run
+  while it is on its way.
 
 A turn sent after the DELETE but stored before the worker handled the tombstone (typically
 within a fraction of a second) is erased with the rest.
