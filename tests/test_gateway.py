@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.testclient import TestClient
 
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.kafka import partition_for, read_topic, settled
+from memstream.adapters.kafka import consumed, partition_for, read_topic, settled
 from memstream.adapters.settings import Settings
 from memstream.apps.demo import SAMPLE
 from memstream.apps.gateway.app import create_app
@@ -35,6 +35,7 @@ from memstream.apps.status import fetch_status
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 from schemas.events import Tombstone, partition_key
+from schemas.topics import TOMBSTONES
 from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
 
 pytestmark = pytest.mark.integration
@@ -442,12 +443,15 @@ def test_turns_on_their_way_when_a_user_is_deleted_are_forgotten_too(
         :500
     ]
     after = {**GLOBEX_TURNS[-1], "user_id": user, "turn_id": "after-the-delete"}
+    settings = gateway.pipeline.settings
     with gateway.client() as c:
         assert c.post("/v1/turns", json={"turns": turns[:500]}).status_code == 202
         assert c.delete(f"/v1/users/{user}").status_code == 200
-        time.sleep(2)  # the workers handle the tombstone (a turn stored before that is erased too)
+        # The workers handle the tombstone, after the ingest batch holding their lock (a turn stored
+        # before that is erased too): a fixed pause was too short for a loaded machine.
+        tombstones = [settings.topic(TOMBSTONES.name)]
+        wait_for(lambda: asyncio.run(consumed(settings, tombstones)), 60, "the tombstone to be handled")
         assert c.post("/v1/turns", json=after).status_code == 202
-    settings = gateway.pipeline.settings
     wait_for(lambda: asyncio.run(settled(settings)), 120, "the pipeline to settle after the delete")
     wait_for(lambda: "after-the-delete" in _everything_visible(gateway, KEY_ACME, user), 60, "the later turn")
     time.sleep(3)  # the idle timer (3 s) and anything else still on its way
