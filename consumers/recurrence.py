@@ -1,6 +1,7 @@
 """The recurrence consolidator (RecMem §3.3-3.4): a ConsolidationRequest in, memory updates out.
 
-1. load the cluster's units in time order;
+1. load the cluster's units in time order; units of small talk only ("Coffee time here.") make
+   nothing, and cost no writer call (consumers/extractive/centrality.py, ``substantive``);
 2. merge-first: if the user's nearest current episode has cosine >= theta_sim with the cluster's
    centroid, the units are folded into it (same memory id); otherwise 1-3 new episodes;
 3. semantic refinement: per episode, the facts it compressed away, given the user's related
@@ -20,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from consumers.extractive import sentences, substantive
 from consumers.writer import EpisodeDraft, Scope, Source, Writer, memory_source, stamp, unit_source
 from memstream.core.embedder import Embedder, embed_missing
 from memstream.core.memories import MEMORIES, current_of_user, nearest, union, upsert
@@ -54,6 +56,8 @@ class RecurrenceConsolidator:
         units = [u for u, _ in found]
         scope = Scope(req.tenant, req.user_id, ZoneInfo(units[-1].timezone))
         sources = [unit_source(u) for u in units]
+        if not substantive(sentences(sources, scope.zone)):
+            return []  # nothing to remember: no LLM tokens spent on pleasantries
         stored = [v for _, v in found]
         vectors = await asyncio.to_thread(embed_missing, self.embedder, [u.text for u in units], stored)
         centroid = _normalized(vectors.mean(axis=0))

@@ -16,19 +16,16 @@ import pytest
 from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import read_topic, settled
 from memstream.adapters.settings import Settings
-from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
-from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
-from memstream.core.unit_views import views_spec
-from memstream.core.units import units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
-from tests.conftest import Pipeline, make_pipeline, wait_for
+from tests.conftest import Pipeline, make_pipeline, stored, wait_for
+from tests.test_consolidation import small_talk_only
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +56,7 @@ class Run:
 
 
 def memories(settings: Settings) -> dict[str, Memory]:
-    shards = open_shards(
-        settings,
-        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
-    )
-    try:
-        stores = all_stores(shards, settings.topic_partitions)
-        return {h.id: memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)}
-    finally:
-        shards.close()
+    return {m.memory_id: m for m in stored(settings)[1]}
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +112,15 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
 def test_an_llm_outage_defers_consolidation_and_loses_none(run: Run) -> None:
     assert run.deferred > 0, "the outage must have deferred some work"
     assert run.status["memstream_consolidations"].get("recurrence/deferred", 0) > 0
-    mem = memories(run.pipeline.settings)
+    units, stored_memories = stored(run.pipeline.settings)
+    mem = {m.memory_id: m for m in stored_memories}
     folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
     dead = {ConsolidationRequest.from_bytes(d.original).request_id for d in run.dead}
-    # Every request is in memory, or in the dead-letter topic with its reason: none vanished.
-    assert folded | dead == {r.request_id for r in run.requests}
+    by_id = {u.unit_id: u for u in units}
+    small_talk = {r.request_id for r in run.requests if small_talk_only([by_id[i] for i in r.unit_ids])}
+    # Every request is in memory, or in the dead-letter topic with its reason, or small talk only
+    # (nothing to remember, no LLM call): none vanished.
+    assert folded | dead | small_talk == {r.request_id for r in run.requests}
     assert not folded & dead
     kinds = Counter(m.kind for m in mem.values())
     assert kinds[MemoryKind.SESSION] and kinds[MemoryKind.FACT]

@@ -19,7 +19,7 @@ with recall's rendering.
 
 from __future__ import annotations
 
-from consumers.extractive.centrality import centrality, is_phatic, rank
+from consumers.extractive.centrality import centrality, is_phatic, rank, substantive
 from consumers.extractive.claims import Claim, classify
 from consumers.extractive.episodes import (
     EPISODE_SENTENCES,
@@ -81,5 +81,6 @@ __all__ = [
     "render_statement",
     "sentences",
     "split_sentences",
+    "substantive",
     "summary",
 ]

@@ -90,6 +90,13 @@ def informative(pool: Sequence[Sentence]) -> list[Sentence]:
     return named or statements or substantial or list(pool)
 
 
+def substantive(pool: Sequence[Sentence]) -> list[Sentence]:
+    """What an episode may quote: the best tier of ``pool`` less small talk, so none when its turns
+    only exchanged pleasantries. An episode that recalls "Sounds like a lot." crowds out the turns."""
+    said = [s for s in pool if not is_phatic(s.text)]
+    return [s for s in said if not is_question(s.text)] or said
+
+
 def select(
     ranked: Iterable[Sentence],
     limit: int,

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from consumers.extractive.centrality import in_time_order, informative, rank, select
+from consumers.extractive.centrality import in_time_order, rank, select, substantive
 from consumers.extractive.rendering import narrate
 from consumers.extractive.sentences import (
     Sentence,
@@ -47,10 +47,10 @@ def _span(units: Sequence[Source], zone: ZoneInfo) -> tuple[datetime, datetime]:
 
 
 def _episode(group: Sequence[Source], zone: ZoneInfo) -> EpisodeDraft | None:
-    pool = sentences(group, zone)
+    pool = substantive(sentences(group, zone))
     if not pool:
-        return None
-    chosen = in_time_order(select(rank(informative(pool)), EPISODE_SENTENCES, EPISODE_WORDS))
+        return None  # small talk only: no episode
+    chosen = in_time_order(select(rank(pool), EPISODE_SENTENCES, EPISODE_WORDS))
     start, end = _span(group, zone)
     written = provenance(narrate(chosen, zone), chosen, zone)
     return EpisodeDraft(
@@ -69,12 +69,13 @@ def _quoted_units(chosen: Iterable[Sentence]) -> tuple[str, ...]:
 
 def _merge(units: Sequence[Source], existing: Source, zone: ZoneInfo) -> EpisodeDraft:
     """``existing`` followed by the units' most central sentences it does not already hold, as many
-    as fit in MERGED_MAX_CHARS (at least one, so the new units are always represented)."""
+    as fit in MERGED_MAX_CHARS (at least one, so the new units are represented, unless they are
+    small talk only)."""
     kept = memory_sentences(existing, 0, zone)
     said = frozenset(sentence_key(s) for s in kept)
     base = existing.text.rstrip()
     chosen: list[Sentence] = []
-    for s in select(rank(informative(sentences(units, zone))), EPISODE_SENTENCES, skip=said):
+    for s in select(rank(substantive(sentences(units, zone))), EPISODE_SENTENCES, skip=said):
         trial = in_time_order([*chosen, s])
         if chosen and len(base) + 1 + len(narrate(trial, zone)) > MERGED_MAX_CHARS:
             continue
@@ -94,8 +95,9 @@ def _merge(units: Sequence[Source], existing: Source, zone: ZoneInfo) -> Episode
 
 
 def episodes(scope: Scope, units: Sequence[Source], merge_into: Source | None) -> list[EpisodeDraft]:
-    """1-3 episodes of ``units`` (split at long gaps in dialogue time), each its most central
-    sentences in time order; with ``merge_into``, exactly one: that episode extended."""
+    """Up to 3 episodes of ``units`` (split at long gaps in dialogue time), each its most central
+    sentences in time order (a group of small talk only makes none); with ``merge_into``, exactly
+    one: that episode extended."""
     ordered = canonical(units)
     if not ordered:
         return []
