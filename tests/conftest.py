@@ -10,8 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,8 @@ import pytest
 from aiokafka import TopicPartition
 from hypothesis import settings as hypothesis_settings
 
+from consumers.extractive import sentences, substantive
+from consumers.writer import unit_source
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.kafka import group_offsets
 from memstream.adapters.settings import Settings
@@ -27,7 +30,7 @@ from memstream.adapters.store.shards import all_stores
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
-from schemas.events import Unit, unit_id_for
+from schemas.events import ConsolidationRequest, Unit, unit_id_for
 from schemas.memory import Memory
 
 # Property tests check what holds, not how fast: on a loaded 2-core machine one example can outlast
@@ -148,6 +151,23 @@ def consolidated_units(episode: Memory) -> list[str]:
     """The units an episode consolidated: every turn it covers (its source turns are only those its
     text quotes)."""
     return [unit_id_for(episode.tenant, episode.user_id, t) for t in episode.covers_turn_ids]
+
+
+def small_talk_only(units: Sequence[Unit]) -> bool:
+    """Units that make no memory: nothing said but pleasantries (consumers/recurrence.py)."""
+    return not substantive(sentences([unit_source(u) for u in units], UTC))
+
+
+def small_talk_units(units: Iterable[Unit]) -> set[str]:
+    """The ids of the ``units`` of small talk only: no episode covers them, whether their request
+    made nothing or a group of them split off at a long gap did (consumers/extractive/episodes.py)."""
+    return {u.unit_id for u in units if small_talk_only([u])}
+
+
+def small_talk_requests(requests: Iterable[ConsolidationRequest], units: Iterable[Unit]) -> set[str]:
+    """The ids of the consolidation ``requests`` of small talk only, among the stored ``units``."""
+    by_id = {u.unit_id: u for u in units}
+    return {r.request_id for r in requests if small_talk_only([by_id[i] for i in r.unit_ids])}
 
 
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]

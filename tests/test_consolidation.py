@@ -18,9 +18,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from consumers import Consolidation, build_consolidation
-from consumers.extractive import sentences, substantive
+from consumers.extractive import sentences
 from consumers.indexer import Indexer
-from consumers.writer import Source, unit_source
+from consumers.writer import Source
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
@@ -32,10 +32,11 @@ from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.events import ConsolidationRequest, Unit
+from schemas.events import ConsolidationRequest
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from streams.ingest import IngestProcessor
 from streams.offline import Events, consolidate_all, ingest_all
+from tests.conftest import small_talk_requests
 
 TURNS = list(generate(users=2, days=40, seed=3))
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -102,19 +103,13 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     # (recurring "Coffee time here."): it makes nothing, and the writer is not called.
     folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
     requests = {r.request_id for r in events.requests}
-    small_talk = small_talk_requests(store, events.requests)
+    small_talk = small_talk_in(store, events.requests)
     assert small_talk and folded == requests - small_talk
     shards.close()
 
 
-def small_talk_only(units: Sequence[Unit]) -> bool:
-    """Units that make no memory (consumers.extractive.substantive, consumers/recurrence.py)."""
-    return not substantive(sentences([unit_source(u) for u in units], UTC))
-
-
-def small_talk_requests(store: VectorStore, requests: Sequence[ConsolidationRequest]) -> set[str]:
-    units = {u.unit_id: u for u in (unit_from_payload(h.payload) for h in scroll_all(store, UNITS))}
-    return {r.request_id for r in requests if small_talk_only([units[i] for i in r.unit_ids])}
+def small_talk_in(store: VectorStore, requests: Sequence[ConsolidationRequest]) -> set[str]:
+    return small_talk_requests(requests, (unit_from_payload(h.payload) for h in scroll_all(store, UNITS)))
 
 
 def test_small_talk_only_makes_nothing_and_costs_no_llm_call(tmp_path: Path, server: OpenAIServer) -> None:
@@ -128,7 +123,7 @@ def test_small_talk_only_makes_nothing_and_costs_no_llm_call(tmp_path: Path, ser
     consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
     events = ingest(settings, shards)
     store = shards.get(0)
-    small_talk = small_talk_requests(store, events.requests)
+    small_talk = small_talk_in(store, events.requests)
     assert small_talk, "the sample has recurring small talk"
     calls = server.usage_totals["calls"]
     consolidate(consolidation, store, Events([r for r in events.requests if r.request_id in small_talk], []))
@@ -263,7 +258,7 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
         events = ingest(settings, shards)
         users = {r.key for r in events.requests}
         store = shards.get(0)
-        said = [r for r in events.requests if r.request_id not in small_talk_requests(store, events.requests)]
+        said = [r for r in events.requests if r.request_id not in small_talk_in(store, events.requests)]
         one_user = Events([r for r in said if r.key == sorted(users)[0]][:2], [])
         assert len(one_user.requests) == 2
         consolidate(consolidation, store, one_user)

@@ -423,9 +423,11 @@ def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(
         assert c.get(f"/v1/users/{USER}/timeline", params={"min_level": 1}).json()["nodes"] == []
     assert _everything_visible(gateway, KEY_GLOBEX) == globex_before  # the other tenant is untouched
     # And it stays so once the workers have handled the tombstone and the idle timer (3 s) has run.
-    time.sleep(6)
-    assert _everything_visible(gateway, KEY_ACME) == set()
     settings = gateway.pipeline.settings
+    tombstones = [settings.topic(TOMBSTONES.name)]
+    wait_for(lambda: asyncio.run(consumed(settings, tombstones)), 60, "the tombstone to be handled")
+    time.sleep(3)
+    assert _everything_visible(gateway, KEY_ACME) == set()
     stones = [
         Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic("tombstones")))
     ]

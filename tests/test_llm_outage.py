@@ -48,13 +48,14 @@ from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import consumed, read_records, settled
 from memstream.adapters.llm import LLMClient, LLMUnavailable
 from memstream.adapters.settings import Settings
+from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec
-from memstream.core.units import units_spec
+from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
 from schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
@@ -62,7 +63,7 @@ from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
 from streams.ingest import IngestProcessor
 from streams.offline import ingest_all
-from tests.conftest import Pipeline, committed, make_pipeline, stored, wait_for
+from tests.conftest import Pipeline, committed, make_pipeline, small_talk_requests, stored, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +119,7 @@ class Outcome:
 
     requests: set[str]
     folded: set[str]  # request ids in some episode of the store
+    small_talk: set[str]  # request ids of small talk only: they make nothing, with no LLM call
     dead: list[DeadLetter]
     dead_requests: set[str]
     deferred: list[tuple[Rec, Deferred]]
@@ -134,9 +136,8 @@ def waiting(settings: Settings) -> set[bytes]:
 
 
 def outcome(settings: Settings) -> Outcome:
-    requests = {
-        ConsolidationRequest.from_bytes(r.value).request_id for r in read(settings, CONSOLIDATION.name)
-    }
+    sent = [ConsolidationRequest.from_bytes(r.value) for r in read(settings, CONSOLIDATION.name)]
+    requests = {r.request_id for r in sent}
     dead = [DeadLetter.from_bytes(r.value) for r in read(settings, DEAD_LETTER.name)]
     dead_requests = {
         ConsolidationRequest.from_bytes(d.original).request_id
@@ -145,9 +146,10 @@ def outcome(settings: Settings) -> Outcome:
     }
     deferred = [(r, Deferred.from_bytes(r.value)) for r in read(settings, DEFERRED.name)]
     windows = [WindowClosed.from_bytes(r.value) for r in read(settings, WINDOWS.name)]
-    _, memories = stored(settings)
+    units, memories = stored(settings)
     folded = {r for m in memories if m.kind == MemoryKind.EPISODE for r in m.request_ids}
-    return Outcome(requests, folded, dead, dead_requests, deferred, memories, windows)
+    small_talk = small_talk_requests(sent, units)
+    return Outcome(requests, folded, small_talk, dead, dead_requests, deferred, memories, windows)
 
 
 def deferred_requests(o: Outcome, reason: str) -> set[str]:
@@ -220,7 +222,8 @@ def test_an_llm_outage_defers_consolidation_retries_it_and_loses_none(outage: Ou
         f"\n  deferred records by reason: {dict(reasons)}"
         f"\n  max chat requests in flight at the server: {server.max_in_flight} (limit {CONCURRENCY})"
         f"\n  consolidation requests: {len(o.requests)}; folded {len(o.folded & o.requests)},"
-        f" dead-lettered {len(o.dead_requests)}, lost {len(o.requests - o.folded - o.dead_requests)}"
+        f" dead-lettered {len(o.dead_requests)}, small talk {len(o.small_talk)},"
+        f" lost {len(o.requests - o.folded - o.dead_requests - o.small_talk)}"
         f"\n  windows closed: {len({w.window_id for w in o.windows})}; with a tree node"
         f" {len({w.window_id for w in o.windows} & tree_windows)}; deferred {len(deferred_windows)},"
         f" of them with a node of their own id {len(deferred_windows & tree_windows)}"
@@ -231,9 +234,10 @@ def test_an_llm_outage_defers_consolidation_retries_it_and_loses_none(outage: Ou
     assert reasons["llm_unavailable"] > 0
     assert set(reasons) <= {"llm_unavailable", "durative_due"}
     assert all(kinds.get(k, 0) > 0 for k in ("429", "500", "timeout")), kinds
-    # None lost: every request in an episode or dead-lettered with its reason, never both.
+    # None lost: every request in an episode or dead-lettered with its reason (or small talk only:
+    # nothing to remember), never both.
     assert o.requests
-    assert o.folded | o.dead_requests == o.requests
+    assert o.folded | o.dead_requests | o.small_talk == o.requests
     assert not o.folded & o.dead_requests
     assert all(d.reason and d.stage for d in o.dead)
     assert not {d.reason for d in o.dead} & {"llm_unavailable", "token_budget"}
@@ -342,7 +346,8 @@ def test_a_spent_budget_defers_to_the_reset_and_never_overshoots_more_than_the_g
         f"\n  max chat requests in flight at the server: {server.max_in_flight} (limit {CONCURRENCY})"
         f"\n  consolidation requests: {len(o.requests)}; folded {len(o.folded & o.requests)},"
         f" dead-lettered {len(o.dead_requests)}, waiting for the reset {len(pending_requests)},"
-        f" lost {len(o.requests - o.folded - o.dead_requests - pending_requests)}"
+        f" small talk {len(o.small_talk)},"
+        f" lost {len(o.requests - o.folded - o.dead_requests - pending_requests - o.small_talk)}"
         f"\n  worker: LLM calls {budget.status.get('memstream_llm_calls')}"
     )
     # The budget ran out during the run, and held to its guarantee.
@@ -358,9 +363,10 @@ def test_a_spent_budget_defers_to_the_reset_and_never_overshoots_more_than_the_g
     # refused work has a copy not yet consumed.
     assert refused <= {d.value for _, d in pending}, "a budget deferral was dropped"
     assert not o.dead, [(d.stage, d.reason) for d in o.dead]
-    # None lost: every request in an episode, or waiting on the deferred topic for the reset.
+    # None lost: every request in an episode, or waiting on the deferred topic for the reset (or
+    # small talk only: nothing to remember).
     assert pending_requests
-    assert o.folded | pending_requests == o.requests
+    assert o.folded | pending_requests | o.small_talk == o.requests
     assert not o.folded & pending_requests
 
 
@@ -454,7 +460,9 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
                 return chat(body)
 
             server.routes[CHAT_PATH] = facts_fail_once
-            request = events.requests[0]
+            units = [unit_from_payload(h.payload) for h in scroll_all(shards.get(0), UNITS)]
+            chit_chat = small_talk_requests(events.requests, units)
+            request = next(r for r in events.requests if r.request_id not in chit_chat)
             with pytest.raises(LLMUnavailable):
                 asyncio.run(consolidation.recurrence.handle(shards.get(0), request))
             updates = asyncio.run(consolidation.recurrence.handle(shards.get(0), request))

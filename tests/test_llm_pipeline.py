@@ -24,8 +24,7 @@ from memstream.testing.openai_server import Failure, OpenAIServer
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
-from tests.conftest import Pipeline, make_pipeline, stored, wait_for
-from tests.test_consolidation import small_talk_only
+from tests.conftest import Pipeline, make_pipeline, small_talk_requests, stored, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +115,7 @@ def test_an_llm_outage_defers_consolidation_and_loses_none(run: Run) -> None:
     mem = {m.memory_id: m for m in stored_memories}
     folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
     dead = {ConsolidationRequest.from_bytes(d.original).request_id for d in run.dead}
-    by_id = {u.unit_id: u for u in units}
-    small_talk = {r.request_id for r in run.requests if small_talk_only([by_id[i] for i in r.unit_ids])}
+    small_talk = small_talk_requests(run.requests, units)
     # Every request is in memory, or in the dead-letter topic with its reason, or small talk only
     # (nothing to remember, no LLM call): none vanished.
     assert folded | dead | small_talk == {r.request_id for r in run.requests}

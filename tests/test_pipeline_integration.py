@@ -27,8 +27,7 @@ from memstream.core.tree import covers
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
-from tests.conftest import LOCOMO, Pipeline, make_pipeline, stored, wait_for
-from tests.test_consolidation import small_talk_only
+from tests.conftest import LOCOMO, Pipeline, make_pipeline, small_talk_requests, stored, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -269,8 +268,7 @@ def test_extractive_consolidation_builds_episodes_facts_and_the_tree(run: Run) -
         assert by_kind[kind] > 0, by_kind
     assert all(m.extractive and m.model is None for m in run.memories)
     folded = {r for m in run.memories if m.kind == MemoryKind.EPISODE for r in m.request_ids}
-    units = {u.unit_id: u for u in run.units}
-    small_talk = {r.request_id for r in run.consolidation if small_talk_only([units[i] for i in r.unit_ids])}
+    small_talk = small_talk_requests(run.consolidation, run.units)
     assert folded == {r.request_id for r in run.consolidation} - small_talk  # small talk only: nothing
     known_turns = {t.turn_id for t in run.expected.values()}
     for m in run.memories:
