@@ -258,7 +258,8 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
         events = ingest(settings, shards)
         users = {r.key for r in events.requests}
         store = shards.get(0)
-        said = [r for r in events.requests if r.request_id not in small_talk_in(store, events.requests)]
+        small_talk = small_talk_in(store, events.requests)
+        said = [r for r in events.requests if r.request_id not in small_talk]
         one_user = Events([r for r in said if r.key == sorted(users)[0]][:2], [])
         assert len(one_user.requests) == 2
         consolidate(consolidation, store, one_user)
