@@ -141,6 +141,50 @@ def _parser() -> argparse.ArgumentParser:
         "API keys reads)",
     )
     lo.set_defaults(func=_cmd_eval_locomo)
+    cn = evs.add_parser(
+        "consolidation",
+        help="LoCoMo-format JSON: consolidated memory against the gold observations, summaries and events",
+        description=(
+            "Start a fresh `memstream up` (embedded broker and store in a temporary directory; the "
+            "configured "
+            "embedder and writer), replay the file into it (each conversation one user), wait until every "
+            "session closed and consolidation settled, read each user's memory through the gateway's "
+            "timeline, stop it, and score: gold observations held by level-1 memory (facts, episodes, "
+            "observations), by facts alone and by the raw turns at their dia_ids; level-1 tokens against "
+            "the raw conversation's; session nodes against the gold session summaries (ROUGE-1 F1, ROUGE-2 "
+            "recall) and against the lead of the same length; gold events held by day and week nodes; "
+            "session splits; markup in headers. A statement is held when one text holds >= 50% of its "
+            "distinct content words (lowercase words, possessive 's stripped, scikit-learn's English stop "
+            "words removed, the speaker's name left out). Prints a table; progress goes to stderr."
+        ),
+        epilog="Example: memstream eval consolidation locomo_dev.json --json report.json",
+    )
+    cn.add_argument(
+        "data",
+        type=Path,
+        help="the LoCoMo-format JSON file (with observation, session_summary, event_summary)",
+    )
+    cn.add_argument(
+        "--json",
+        type=Path,
+        dest="out",
+        metavar="OUT",
+        help="write the full report here: the aggregates, per conversation its counts, per-session scores, "
+        "splits, markup headers and examples (gold statement, best-matching memory text)",
+    )
+    cn.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant the conversations are replayed under")
+    cn.add_argument(
+        "--idle-close",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="MEMSTREAM_IDLE_CLOSE_S of the pipeline it starts, so each conversation's last session closes "
+        "(default %(default)s s; a session whose turns wait longer in the worker closes early: a split)",
+    )
+    cn.add_argument(
+        "--timeout", type=float, default=1800.0, metavar="S", help="give up after this long (default 1800 s)"
+    )
+    cn.set_defaults(func=_cmd_eval_consolidation)
 
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
     br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
@@ -300,6 +344,26 @@ def _cmd_eval_locomo(args: argparse.Namespace, settings: Settings) -> int:
             progress=sys.stderr.isatty(),
         )
     )
+    if args.out:
+        args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(format_table(report))
+    return 0
+
+
+def _cmd_eval_consolidation(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.eval_consolidation import BadData, evaluate, format_table
+
+    if not args.data.exists():
+        print(f"memstream: no such file: {args.data}", file=sys.stderr)
+        return 2
+    if args.idle_close <= 0 or args.timeout <= 0:
+        print("memstream: --idle-close and --timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        report = evaluate(settings, args.data, args.tenant, args.idle_close, args.timeout)
+    except BadData as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
     if args.out:
         args.out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(format_table(report))
