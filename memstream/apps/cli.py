@@ -172,7 +172,6 @@ def _parser() -> argparse.ArgumentParser:
         help="write the full report here: the aggregates, per conversation its counts, per-session scores, "
         "splits, markup headers and examples (gold statement, best-matching memory text)",
     )
-    cn.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant the conversations are replayed under")
     cn.add_argument(
         "--idle-close",
         type=float,
@@ -360,7 +359,7 @@ def _cmd_eval_consolidation(args: argparse.Namespace, settings: Settings) -> int
         print("memstream: --idle-close and --timeout must be positive", file=sys.stderr)
         return 2
     try:
-        report = evaluate(settings, args.data, args.tenant, args.idle_close, args.timeout)
+        report = evaluate(settings, args.data, args.idle_close, args.timeout)
     except BadData as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2

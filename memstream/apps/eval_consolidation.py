@@ -58,13 +58,7 @@ from memstream.adapters.broker import free_port
 from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
 from memstream.apps import consolidation_scoring as sc
-from memstream.apps.datasets import (
-    TURN_SPACING,
-    locomo_turns,
-    parse_locomo_time,
-    read_records,
-    session_numbers,
-)
+from memstream.apps.datasets import locomo_turns, parse_locomo_time, read_records, session_numbers
 from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status
 from memstream.core.recall.rank import tokens
@@ -92,7 +86,6 @@ class Statement:
 class Session:
     number: int
     start: datetime  # naive, as LoCoMo gives it (the pipeline reads it in its default zone)
-    end: datetime  # its last turn's time
     lines: tuple[str, ...]  # its raw turns as ingested, "Speaker: text [shares a photo: ...]"
     summary: str | None
 
@@ -147,7 +140,6 @@ def _load(path: Path) -> list[Conversation]:
                 Session(
                     n,
                     start,
-                    start + (len(turns) - 1) * TURN_SPACING,
                     tuple(ingested[sample["sample_id"]][t["dia_id"]] for t in turns),
                     summary or None,
                 )
@@ -386,36 +378,36 @@ def _note(message: str, out: TextIO) -> None:
 
 
 def run_pipeline(
-    settings: Settings, path: Path, tenant: str, idle_close_s: float, timeout_s: float, out: TextIO
+    settings: Settings, path: Path, idle_close_s: float, timeout_s: float, out: TextIO
 ) -> tuple[dict[str, list[Node]], dict[str, Any]]:
     """Replay ``path`` through a fresh ``memstream up`` and read every user's memory through its gateway:
     the nodes per user id, and what ran (see the module docstring)."""
-    records = list(read_records(path, "locomo", tenant=tenant))
+    # The default tenant: the one the fresh gateway (no API keys) reads.
+    records = list(read_records(path, "locomo", tenant=DEFAULT_TENANT))
     users = list(dict.fromkeys(_user_of(r.value) for r in records))
     sessions = len({(r.key, orjson.loads(r.value)["session_id"]) for r in records})
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory(prefix="memstream-eval-consolidation-") as tmp:
         work = Path(tmp)
-        child = settings.model_copy(
-            update={
-                "data_dir": work / "data",
-                "bootstrap_servers": None,
-                "embedded_broker_port": free_port(),
-                "store": "edge",
-                "workers": 1,
-                "gateway_port": free_port(),
-                "gateway_host": "127.0.0.1",
-                "metrics_port": free_port(),
-                "metrics_host": "127.0.0.1",
-                "api_keys": None,
-                "idle_close_s": idle_close_s,
-                "idle_check_interval_s": 1.0,
-                "durative_delay_s": 2.0,
-            }
-        )
+        fresh: dict[str, Any] = {
+            "data_dir": work / "data",
+            "bootstrap_servers": None,
+            "embedded_broker_port": free_port(),
+            "store": "edge",
+            "workers": 1,
+            "gateway_port": free_port(),
+            "gateway_host": "127.0.0.1",
+            "metrics_port": free_port(),
+            "metrics_host": "127.0.0.1",
+            "api_keys": None,
+            "idle_close_s": idle_close_s,
+            "idle_check_interval_s": 1.0,
+            "durative_delay_s": 2.0,
+        }
+        child = settings.model_copy(update=fresh)
         log = work / "pipeline.log"
         started = time.monotonic()
-        proc = _start_up(child, log)
+        proc = _start_up(fresh, log)
         try:
             _wait(
                 lambda: fetch_status(child)["partitions"] == list(range(child.topic_partitions)),
@@ -460,19 +452,18 @@ def run_pipeline(
             )
             _wait(lambda: asyncio.run(settled(child)), deadline, "consolidation to settle", proc, log, out)
             _note(f"settled after {time.monotonic() - started:.0f}s; reading the timelines", out)
+            settled_s = time.monotonic() - started
             timelines = {u: _timeline(child, u) for u in users}
         finally:
             _stop(proc)
-        closed = time.monotonic() - started
     meta = {
         "path": "memstream up (embedded broker and Qdrant Edge, 1 worker) + replay "
         "+ GET /v1/users/{id}/timeline?min_level=1",
-        "tenant": tenant,
         "embedder": settings.embedder,
         "writer": "llm" if settings.llm_base_url else "extractive",
         "idle_close_s": idle_close_s,
         "level_one_kinds": list(LEVEL_ONE_KINDS),
-        "pipeline_s": round(closed, 1),
+        "settled_s": round(settled_s, 1),  # from starting memstream up until consolidation settled
     }
     return timelines, meta
 
@@ -486,14 +477,11 @@ def _sessions_closed(status: dict[str, Any]) -> int:
     return sum(int(n) for label, n in closed.items() if label.startswith("session/"))
 
 
-def _start_up(child: Settings, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    for name, value in child.model_dump(exclude_none=True).items():
-        if name in _CHILD_SETTINGS:
-            env[f"MEMSTREAM_{name.upper()}"] = str(value)
-    for name in _PASSED_THROUGH:  # the writer and embedder the user configured, secrets included
-        if (value := os.environ.get(name)) is not None:
-            env[name] = value
+def _start_up(fresh: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
+    """``memstream up`` with this process's settings (embedder, writer, thresholds...), except what
+    points at outside infrastructure, and ``fresh``."""
+    env = {k: v for k, v in os.environ.items() if k not in _OUTSIDE}
+    env.update({f"MEMSTREAM_{k.upper()}": str(v) for k, v in fresh.items() if v is not None})
     with log.open("wb") as fh:
         # Its own session, so that stopping it stops the broker and worker it starts, and nothing else.
         return subprocess.Popen(
@@ -505,14 +493,15 @@ def _start_up(child: Settings, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-_CHILD_SETTINGS = (
-    "data_dir", "embedded_broker_port", "store", "workers", "gateway_port", "gateway_host", "metrics_port",
-    "metrics_host", "idle_close_s", "idle_check_interval_s", "durative_delay_s", "embedder",
-    "default_timezone", "log_level",
-)  # fmt: skip
-_PASSED_THROUGH = (
-    "MEMSTREAM_LLM_BASE_URL", "MEMSTREAM_LLM_API_KEY", "MEMSTREAM_LLM_MODEL", "MEMSTREAM_LLM_CONCURRENCY",
-    "MEMSTREAM_OPENAI_API_KEY", "MEMSTREAM_OPENAI_BASE_URL", "MEMSTREAM_THETA_SIM", "MEMSTREAM_THETA_COUNT",
+# Settings that would attach the fresh pipeline to a running deployment: never passed on.
+_OUTSIDE = frozenset(
+    f"MEMSTREAM_{name.upper()}"
+    for name in (
+        "bootstrap_servers", "tansu_quirks", "topic_replication_factor", "kafka_security_protocol",
+        "kafka_sasl_mechanism", "kafka_sasl_username", "kafka_sasl_password", "kafka_ssl_cafile",
+        "kafka_ssl_certfile", "kafka_ssl_keyfile", "qdrant_url", "qdrant_api_key", "api_keys", "roles",
+        "worker_index", "worker_urls",
+    )
 )  # fmt: skip
 
 
@@ -571,13 +560,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def evaluate(
     settings: Settings,
     path: Path,
-    tenant: str = DEFAULT_TENANT,
     idle_close_s: float = 20.0,
     timeout_s: float = 1800.0,
     out: TextIO = sys.stderr,
 ) -> dict[str, Any]:
     conversations = load(path)
-    timelines, meta = run_pipeline(settings, path, tenant, idle_close_s, timeout_s, out)
+    timelines, meta = run_pipeline(settings, path, idle_close_s, timeout_s, out)
     return report(path, conversations, timelines, meta, ZoneInfo(settings.default_timezone))
 
 
