@@ -100,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     ri.set_defaults(func=_cmd_reindex)
 
     ev = sub.add_parser(
-        "eval", help="what recall returns at token budgets on a benchmark, against flat retrieval"
+        "eval",
+        help="score memstream on a benchmark: recall at token budgets against flat retrieval (locomo), "
+        "consolidated memory against gold annotations (consolidation)",
     )
     evs = ev.add_subparsers(title="benchmarks", metavar="BENCHMARK")
     lo = evs.add_parser(
