@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,9 @@ from pydantic import ValidationError
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
-from memstream.adapters.store.remote import confinement, serve
+from memstream.adapters.store.remote import RemoteStore, confinement, serve
 from memstream.apps.gateway.app import create_app
-from memstream.core.store import CollectionSpec, Point, VectorStore
+from memstream.core.store import CollectionSpec, Filter, Point, StoreUnavailable, VectorStore
 from streams.faust_adapter import faust_settings
 from streams.internal import Answer, authorized, internal_app, store_answer
 from streams.pages import PUBLIC_PAGES, Readiness, add_pages
@@ -182,6 +183,38 @@ def test_every_internal_route_needs_the_token(store: VectorStore) -> None:
         "/nowhere": [401, 401, 404],
         "unpinned": [400],
     }
+
+
+def test_a_gateway_with_another_token_is_told_at_once(store: VectorStore) -> None:
+    """A 401 is not a moved partition: the call fails at once, naming the setting, instead of looking
+    for another owner until the timeout."""
+
+    async def recall(partition: str, body: bytes) -> Answer:
+        return 200, b"{}"
+
+    app = internal_app(TOKEN.encode(), store_answer(lambda: {0}, lambda p: store), recall)
+
+    async def call() -> float:
+        async with TestServer(app, host="127.0.0.1") as server:
+            url = str(server.make_url("")).rstrip("/")
+            with httpx.Client(timeout=5) as client:
+                remote = RemoteStore(0, lambda p, refresh: url, client, 5.0, "wrong-token-0123456789")
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable, match="refused MEMSTREAM_INTERNAL_TOKEN"):
+                    await asyncio.to_thread(
+                        remote.count, "units", Filter(equals={"user_key": "tenantB/victim"})
+                    )
+                elapsed = time.monotonic() - started
+                right = RemoteStore(0, lambda p, refresh: url, client, 5.0, TOKEN)
+                assert (
+                    await asyncio.to_thread(
+                        right.count, "units", Filter(equals={"user_key": "tenantB/victim"})
+                    )
+                    == 1
+                )
+                return elapsed
+
+    assert asyncio.run(call()) < 1.0
 
 
 def _auth() -> dict[str, str]:
