@@ -43,11 +43,21 @@ NOT_APPLICABLE: dict[str, str] = {
     "tansu_quirks": "work-arounds for the embedded Tansu broker only",
     "worker_urls": "only for a gateway reading the embedded Edge store through workers",
     "worker_index": "set by `memstream up` for the workers it starts; a pod is one worker with its own /data",
+    # On a Qdrant server every pod reads the store itself: a worker pod opens no internal port
+    # (streams/app.py, serve_internal), so there is nothing to bind, expose or guard with a token.
+    "internal_host": "workers open no internal port on a Qdrant server (the chart's store)",
+    "internal_port": "workers open no internal port on a Qdrant server (the chart's store)",
+    "internal_token": "workers open no internal port on a Qdrant server (the chart's store)",
 }
 
 
 def secret_fields() -> list[str]:
-    return [n for n, f in Settings.model_fields.items() if SecretStr in _members(f.annotation)]
+    """The secret settings the chart takes as Secret references (not those it never uses)."""
+    return [
+        n
+        for n, f in Settings.model_fields.items()
+        if SecretStr in _members(f.annotation) and n not in NOT_APPLICABLE
+    ]
 
 
 def config_fields() -> list[str]:

@@ -68,8 +68,9 @@ from streams.handlers import (
     Summaries,
 )
 from streams.ingest import IngestProcessor
+from streams.internal import bind, internal_app, internal_server, store_answer
 from streams.key_ordered import HELD_PER_CALL, KeyOrdered
-from streams.pages import Readiness, add_pages
+from streams.pages import Readiness, Recalls, add_pages
 from streams.publish import Publisher
 from streams.read_leases import ReadLeases
 from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
@@ -305,8 +306,34 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     async def report_lag() -> None:
         update_lag()
 
-    add_pages(app, readiness, processor, held, update_lag, leases)
+    add_pages(
+        app, readiness, processor, held, update_lag, serve_internal(app, settings, processor, held, leases)
+    )
     return app
+
+
+def serve_internal(
+    app: faust.App,
+    settings: Settings,
+    processor: IngestProcessor,
+    held: Callable[[], set[int]],
+    leases: ReadLeases,
+) -> int | None:
+    """The internal port (streams/internal.py), with the embedded store only (a Qdrant server is read by
+    gateways directly) and with the status port, where gateways find it; its number, or None."""
+    if settings.store != "edge" or not settings.metrics_port:
+        return None
+    token = settings.internal_token
+    sock = bind(settings.internal_host, settings.internal_port)
+    pages = internal_app(
+        token.get_secret_value().encode() if token else None,
+        store_answer(held, processor.shards.get),
+        Recalls(held, leases, processor.shards.get, processor.embedder).answer,
+    )
+    app.service(internal_server(pages, sock))
+    port: int = sock.getsockname()[1]
+    log.info("internal port (store and recall for gateways) on %s:%d", settings.internal_host, port)
+    return port
 
 
 def received(event: EventT) -> Received:

@@ -56,6 +56,13 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "web_port": settings.metrics_port,
         "web_bind": settings.metrics_host,
         "web_host": settings.metrics_host,
+        # faust's own pages would serve table contents (/table: open windows, with turn text) and the
+        # app's topology beside /metrics: the status port serves only streams/pages.py's.
+        "web_router_enabled": False,
+        "web_tables_enabled": False,
+        "web_graph_enabled": False,
+        "web_stats_enabled": False,
+        "web_metrics_enabled": False,
         "producer_acks": -1,
         "producer_partitioner": by_key,  # partition_for, stated (memstream.adapters.kafka.by_key)
         "consumer_auto_offset_reset": "earliest",

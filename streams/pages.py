@@ -1,6 +1,7 @@
-"""A worker's web pages: ``/metrics``, ``/healthz``, ``/readyz``, ``/status``, and the stores it
-holds for a gateway (``/store/{partition}/{op}``, ``memstream.adapters.store.remote``; a whole recall:
-``/recall/{partition}``, ``memstream.adapters.remote_recall``)."""
+"""A worker's status port: ``/metrics``, ``/healthz``, ``/readyz``, ``/status`` (:data:`PUBLIC_PAGES`),
+open to whoever may scrape the worker: counts and states, never a user's text. The stores it holds
+for gateways are on its internal port, behind a token (``streams/internal.py``); the recall a gateway
+sends there runs here (:class:`Recalls`)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memstream.adapters import metrics
 from memstream.adapters.remote_recall import serve_recall
-from memstream.adapters.store.remote import serve
 from memstream.core.embedder import Embedder
 from memstream.core.store import VectorStore
 from streams.ingest import IngestProcessor
 from streams.read_leases import ReadLeases
+
+# Every page of the status port ("/" is faust's index, {"status": "OK"}). A page added there without
+# being added here fails tests/test_internal_port.py: user data belongs on the internal port.
+PUBLIC_PAGES = ("/", "/metrics", "/healthz", "/readyz", "/status")
 
 
 class Readiness:
@@ -60,7 +64,8 @@ class Recalls:
         self.embedder = embedder
 
     async def answer(self, partition: str, query: bytes) -> tuple[int, bytes]:
-        """HTTP status and body (the answer, or the error's reason) of ``POST /recall/{partition}``."""
+        """HTTP status and body (the answer, or the error's reason) of ``POST /recall/{partition}`` on the
+        internal port."""
         # No await between the check and the lease: a rebalance cannot close the shard in between.
         if not partition.isdigit() or int(partition) not in self.held():
             return 409, f"partition {partition} is not held here".encode()
@@ -92,8 +97,10 @@ def add_pages(
     processor: IngestProcessor,
     held: Callable[[], set[int]],
     update_lag: Callable[[], None],
-    leases: ReadLeases,
+    internal_port: int | None,
 ) -> None:
+    """The status port's pages; ``/status`` names the internal port (if any) for gateways to find."""
+
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
         return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
@@ -117,29 +124,6 @@ def add_pages(
         }
         partitions = sorted(held())
         body = {**processor.status(partitions), "partitions": partitions, "lag": lag}
+        if internal_port:
+            body["internal_port"] = internal_port
         return web.bytes(orjson.dumps(body), content_type="application/json")
-
-    @app.page("/store/{partition}/{op}")
-    class StoreView(faust.web.View):
-        """The stores this worker holds, for a gateway: with the embedded store no other process
-        may open a partition's shard."""
-
-        async def post(self, request: Any, partition: str, op: str) -> Any:
-            query = await request.read()  # first: no await between the check and the store's use
-            if not partition.isdigit() or int(partition) not in held():
-                return self.error(409, f"partition {partition} is not held here")
-            try:
-                body = serve(processor.shards.get(int(partition)), op, query)
-            except ValueError as exc:
-                return self.error(400, str(exc))
-            return self.bytes(body, content_type="application/json")
-
-    recalls = Recalls(held, leases, processor.shards.get, processor.embedder)
-
-    @app.page("/recall/{partition}")
-    class RecallView(faust.web.View):
-        async def post(self, request: Any, partition: str) -> Any:
-            status, body = await recalls.answer(partition, await request.read())
-            if status != 200:
-                return self.error(status, body.decode())
-            return self.bytes(body, content_type="application/json")

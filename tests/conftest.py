@@ -101,6 +101,8 @@ def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
         "MEMSTREAM_APP_ID": f"memstream-test-{run}",
         "MEMSTREAM_DATA_DIR": str(tmp / "data"),
         "MEMSTREAM_METRICS_PORT": str(free_port()),
+        # set, not left to `up`: a gateway a test starts beside `up` reads the workers' stores too
+        "MEMSTREAM_INTERNAL_TOKEN": f"test-internal-{uuid.uuid4().hex}",
         "MEMSTREAM_GATEWAY_PORT": "0",
         "MEMSTREAM_EMBEDDER": "hash",
         "MEMSTREAM_TOPIC_PARTITIONS": "2",

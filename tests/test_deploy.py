@@ -506,6 +506,23 @@ def test_network_policy_admits_the_named_ports_and_dns(production: list[dict[str
     assert {(p["port"], p["protocol"]) for p in dns} == {(53, "UDP"), (53, "TCP")}
 
 
+def test_no_pod_serves_store_data_and_the_network_policy_is_on_by_default(
+    minimal: list[dict[str, Any]],
+) -> None:
+    """Issue 26: the workers' store pages live on an internal port that a worker opens only with the
+    embedded store (streams/app.py, serve_internal). Every pod of the chart reads a Qdrant server, so
+    none opens it: each port a container declares is its http or metrics port, which serve no store
+    data (streams/pages.PUBLIC_PAGES). The NetworkPolicy is rendered without being asked for."""
+    assert _kind(minimal, "NetworkPolicy")
+    for name, spec in _pod_specs(minimal):
+        if name.endswith("-topics") or name.endswith("-test-gateway"):
+            continue
+        settings = Settings.from_env(_env(minimal, spec))
+        assert settings.store == "qdrant", name
+        (container,) = spec["containers"]
+        assert {p["name"] for p in container.get("ports", [])} <= {"http", "metrics"}, name
+
+
 def test_generated_files_match_the_code_and_the_chart_copies_are_identical() -> None:
     assert stale() == []
     for name in ("memstream-alerts.yaml", "memstream-dashboard.json"):

@@ -211,10 +211,12 @@ def test_recall_returns_the_users_dated_memories_with_provenance(
 
 
 class _CountingProxy(http.server.ThreadingHTTPServer):
-    """In front of a worker's status port: forwards every request and counts them by path."""
+    """In front of a worker: forwards its ``/status`` (naming itself as the worker's internal port) and
+    the store and recall calls (to the internal port, token and all), and counts them by path."""
 
     def __init__(self, target: str) -> None:
         self.target = target
+        self.internal = ""  # the worker's internal port, from its /status
         self.requests: Counter[str] = Counter()
         self.client = httpx.Client(timeout=30)
         super().__init__(("127.0.0.1", 0), _Forward)
@@ -236,12 +238,19 @@ class _Forward(http.server.BaseHTTPRequestHandler):
     def _forward(self) -> None:
         self.server.requests[self.path] += 1
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        r = self.server.client.request(self.command, f"{self.server.target}{self.path}", content=body)
+        target = self.server.target if self.command == "GET" else self.server.internal
+        auth = {"Authorization": self.headers["Authorization"]} if "Authorization" in self.headers else {}
+        r = self.server.client.request(self.command, f"{target}{self.path}", content=body, headers=auth)
+        out = r.content
+        if self.path == "/status":
+            status = r.json()
+            self.server.internal = f"http://127.0.0.1:{status['internal_port']}"
+            out = json.dumps({**status, "internal_port": self.server.server_address[1]}).encode()
         self.send_response(r.status_code)
         self.send_header("content-type", r.headers.get("content-type", "application/json"))
-        self.send_header("content-length", str(len(r.content)))
+        self.send_header("content-length", str(len(out)))
         self.end_headers()
-        self.wfile.write(r.content)
+        self.wfile.write(out)
 
     do_GET = do_POST = _forward
 

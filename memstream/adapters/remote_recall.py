@@ -3,9 +3,10 @@
 A gateway that reads a partition through its owner (:class:`~memstream.adapters.store.remote.RemoteStore`)
 would make every store call of a recall its own HTTP request (about five). Instead it embeds the query
 and sends the whole recall to the owner in one request, ``POST /recall/<partition>`` on the worker's
-status port (:func:`serve_recall` is the worker's side); the owner is located, and located again on a
-409 or an unreachable worker, exactly as for a store call. Any other store (Qdrant server, a local
-shard) is read here. The wire values: ``memstream.core.recall.wire``.
+internal port, with its token (:func:`serve_recall` is the worker's side, ``streams/internal.py`` its
+page); the owner is located, and located again on a 409 or an unreachable worker, exactly as for a
+store call. Any other store (Qdrant server, a local shard) is read here. The wire values:
+``memstream.core.recall.wire``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ so it cannot drift from the code.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from functools import cached_property
@@ -218,8 +219,25 @@ class Settings(BaseSettings):
     )
     worker_urls: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="workers' /status and /store URLs for a gateway on the embedded store, comma-separated; "
-        "unset = 127.0.0.1 at metrics_port + i for each of `workers`",
+        description="workers' /status URLs for a gateway on the embedded store, comma-separated (each "
+        "names its internal port there); unset = 127.0.0.1 at metrics_port + i for each of `workers`",
+    )
+    internal_host: str = Field(
+        "127.0.0.1",
+        description="address of a worker's internal port (/store, /recall: the embedded store for "
+        "gateways); any other than loopback needs internal_token",
+    )
+    internal_port: int = Field(
+        0,
+        ge=0,
+        description="a worker's internal port; worker i of memstream up takes internal_port + i; 0 = a "
+        "free port, named in the worker's /status for gateways",
+    )
+    internal_token: SecretStr | None = Field(
+        None,
+        description="the token gateways send to a worker's internal port (Authorization: Bearer), 16+ "
+        "characters; unset = memstream up makes a random one for the workers and gateway it starts (a "
+        "worker started alone then refuses every request there)",
     )
 
     # --- observability -------------------------------------------------------------------
@@ -280,6 +298,22 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("internal_token")
+    @classmethod
+    def _long_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("MEMSTREAM_INTERNAL_TOKEN is shorter than 16 characters")
+        return v
+
+    @model_validator(mode="after")
+    def _internal_token_off_loopback(self) -> Settings:
+        if self.store == "edge" and self.internal_token is None and not _loopback(self.internal_host):
+            raise ValueError(
+                f"MEMSTREAM_INTERNAL_HOST={self.internal_host} opens the workers' store to the network: "
+                "set MEMSTREAM_INTERNAL_TOKEN (the same in workers and gateways)"
+            )
+        return self
+
     @field_validator("default_timezone")
     @classmethod
     def _known_zone(cls, v: str) -> str:
@@ -307,3 +341,10 @@ class Settings(BaseSettings):
     @property
     def brokers(self) -> str:
         return self.bootstrap_servers or f"127.0.0.1:{self.embedded_broker_port}"
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost may resolve anywhere
+        return False

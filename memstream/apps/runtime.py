@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -134,6 +135,12 @@ def run_workers(settings: Settings) -> int:
         "MEMSTREAM_WORKERS": "1",
         "MEMSTREAM_BOOTSTRAP_SERVERS": settings.brokers,
         "MEMSTREAM_TANSU_QUIRKS": str(settings.tansu_quirks).lower(),
+        # The workers' internal port (their stores): unless set, a token only the gateway started here knows.
+        "MEMSTREAM_INTERNAL_TOKEN": (
+            settings.internal_token.get_secret_value()
+            if settings.internal_token
+            else secrets.token_urlsafe(32)
+        ),
     }
     if settings.embedder == "minilm" and not settings.minilm_threads:
         # One onnxruntime session per core in all: N workers must not each take every core.
@@ -145,6 +152,7 @@ def run_workers(settings: Settings) -> int:
             env={
                 **env,
                 "MEMSTREAM_METRICS_PORT": str(port),
+                "MEMSTREAM_INTERNAL_PORT": str(settings.internal_port + i if settings.internal_port else 0),
                 "MEMSTREAM_GATEWAY_PORT": "0",
                 # worker i's table directory (table_store=rocksdb): the same one after a restart
                 "MEMSTREAM_WORKER_INDEX": str(i),

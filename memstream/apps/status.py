@@ -30,10 +30,12 @@ def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
 
 def merge_status(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Workers' statuses as one: counts add up, per-partition maps and partition lists join;
-    ``config`` is the same in every worker."""
+    ``config`` is the same in every worker; each worker's own internal port is left out."""
     merged: dict[str, Any] = {"workers": len(parts)}
     for part in parts:
         for key, value in part.items():
+            if key == "internal_port":
+                continue
             if key == "config":
                 merged.setdefault(key, value)
             elif isinstance(value, dict):

@@ -3,9 +3,14 @@
 Qdrant Edge lets one process open a shard, and with the embedded store each partition's shard
 is held by the worker that owns the partition. A gateway reads and forgets through that worker:
 :class:`RemoteStore` speaks the :class:`VectorStore` protocol over HTTP, and :func:`serve` is the
-worker's side of it (mounted at ``/store/<partition>/<op>``); a recall goes to the worker whole, in
-one request (:meth:`RemoteStore.post`, ``memstream.adapters.remote_recall``). With a Qdrant server
-every process opens the store itself and none of this is used.
+worker's side of it (mounted at ``/store/<partition>/<op>`` on the worker's internal port, which
+asks for the gateways' token, ``streams/internal.py``); a recall goes to the worker whole, in one
+request (:meth:`RemoteStore.post`, ``memstream.adapters.remote_recall``). With a Qdrant server every
+process opens the store itself and none of this is used.
+
+On that port :func:`serve` runs ``confined``: only what a gateway sends (reads and deletes), each
+pinned to one user (:func:`confinement`), so no request, even one carrying the token, reads or
+empties a whole partition.
 
 The wire format is JSON (orjson, numpy vectors as arrays); each call names its operation. A sparse
 vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
@@ -36,6 +41,7 @@ from memstream.core.store import (
     StoreUnavailable,
     VectorStore,
 )
+from memstream.core.units import USER_FIELD
 
 
 def _filter_out(flt: Filter | None) -> dict[str, Any] | None:
@@ -89,9 +95,10 @@ def _with_payload(v: Any) -> bool | list[str]:
     return v if isinstance(v, bool) else list(v)
 
 
-def serve(store: VectorStore, op: str, body: bytes) -> bytes:
+def serve(store: VectorStore, op: str, body: bytes, confined: bool = False) -> bytes:
     """Run one operation from the wire on ``store`` and encode its answer. ValueError on an
-    operation that does not exist or a malformed body."""
+    operation that does not exist or a malformed body, and when ``confined`` on one
+    :func:`confinement` refuses."""
     try:
         req = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as exc:
@@ -99,6 +106,8 @@ def serve(store: VectorStore, op: str, body: bytes) -> bytes:
     handler = _OPS.get(op)
     if handler is None:
         raise ValueError(f"unknown store operation {op!r}")
+    if confined and (refused := confinement(op, req)):
+        raise ValueError(refused)
     try:
         result = handler(store, req)
     except (KeyError, TypeError) as exc:
@@ -150,6 +159,34 @@ _OPS: dict[str, Callable[[VectorStore, dict[str, Any]], Any]] = {
 }
 
 
+# What a gateway sends a worker, and where its filter is: reads and deletes of one user's points.
+# Writes (ensure_collection, upsert, set_payload) are the worker's own; retrieve names points by id.
+_GATEWAY_FILTERS: dict[str, Callable[[Mapping[str, Any]], list[Any]]] = {
+    "count": lambda r: [r.get("flt")],
+    "scroll": lambda r: [r.get("flt")],
+    "delete": lambda r: [r.get("flt")],
+    "search_many": lambda r: [q.get("flt") if isinstance(q, Mapping) else None for q in r.get("queries", [])],
+    "retrieve": lambda r: [],
+}
+
+
+def confinement(op: str, req: Any) -> str | None:
+    """Why a gateway's request ``op`` may not run, or None: an operation a gateway never sends, or a
+    filter that does not pin one user (``equals`` on the user key), which would select the points of
+    every user on the partition."""
+    filters_of = _GATEWAY_FILTERS.get(op)
+    if filters_of is None:
+        return f"{op} is not served to gateways"
+    if not isinstance(req, Mapping):
+        return f"malformed {op} request: not an object"
+    for flt in filters_of(req):
+        equals = flt.get("equals") if isinstance(flt, Mapping) else None
+        user = equals.get(USER_FIELD) if isinstance(equals, Mapping) else None
+        if not isinstance(user, str) or not user:
+            return f"{op} must pin one user: a filter with equals.{USER_FIELD}"
+    return None
+
+
 class RemoteStore:
     """:class:`VectorStore` for ``partition``, served by whichever worker ``locate`` names.
 
@@ -163,11 +200,13 @@ class RemoteStore:
         locate: Callable[[int, bool], str | None],
         client: httpx.Client,
         timeout_s: float = 10.0,
+        token: str | None = None,
     ) -> None:
         self._partition = partition
         self._locate = locate
         self._client = client
         self._timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     @property
     def partition(self) -> int:
@@ -181,7 +220,8 @@ class RemoteStore:
         """The body of the owner's 200 answer to ``body`` POSTed at ``path`` (a page the owner serves for
         a held partition: ``/store/<partition>/<op>``, or ``/recall/<partition>``). A 409 (not the
         owner any more) or an unreachable owner: located again and retried until ``timeout_s``, then
-        :class:`StoreUnavailable`; a 400 (the request itself was wrong): ValueError."""
+        :class:`StoreUnavailable`; a 400 (the request itself was wrong): ValueError; a 401 (this
+        process's MEMSTREAM_INTERNAL_TOKEN is not the worker's): StoreUnavailable at once."""
         deadline = time.monotonic() + self._timeout_s
         refresh = False
         while True:
@@ -189,11 +229,15 @@ class RemoteStore:
             problem = f"no worker owns partition {self._partition}"
             if base is not None:
                 try:
-                    r = self._client.post(f"{base}{path}", content=body)
+                    r = self._client.post(f"{base}{path}", content=body, headers=self._headers)
                     if r.status_code == 200:
                         return r.content
                     if r.status_code == 400:  # the call itself was wrong, as it would be locally
                         raise ValueError(r.json().get("error", r.text))
+                    if r.status_code == 401:
+                        raise StoreUnavailable(
+                            f"{base} refused MEMSTREAM_INTERNAL_TOKEN: not the workers' token"
+                        )
                     if r.status_code != 409:  # 409: not the owner (any more)
                         raise StoreUnavailable(f"{path} at {base}: HTTP {r.status_code} {r.text[:200]}")
                     problem = f"{base} no longer owns partition {self._partition}"
@@ -262,12 +306,15 @@ def _query_out(q: SearchQuery) -> dict[str, Any]:
 
 class OwnerShards:
     """:class:`~memstream.adapters.store.shards.Shards` for a process that owns no partition (the gateway):
-    each partition's store is the worker that owns it, found from the workers' ``/status``."""
+    each partition's store is the worker that owns it, found from the workers' ``/status`` (``worker_urls``).
+    Its store pages are on the internal port that ``/status`` names, at the same host; they ask for
+    ``token``."""
 
-    def __init__(self, worker_urls: Sequence[str], timeout_s: float = 10.0) -> None:
+    def __init__(self, worker_urls: Sequence[str], token: str | None, timeout_s: float = 10.0) -> None:
         self._urls = [u.rstrip("/") for u in worker_urls]
         self._client = httpx.Client(timeout=timeout_s)
         self._timeout_s = timeout_s
+        self._token = token
         self._owner: dict[int, str] = {}
         self._looked = 0.0
 
@@ -280,12 +327,15 @@ class OwnerShards:
                     status = self._client.get(f"{url}/status").json()
                 except (httpx.HTTPError, ValueError):
                     continue  # down or starting: its partitions will have moved or come back
-                owner.update((int(p), url) for p in status.get("partitions", []))
+                port = status.get("internal_port")
+                if port:  # none: its data port is not up yet
+                    data = str(httpx.URL(url).copy_with(port=int(port), path="/")).rstrip("/")
+                    owner.update((int(p), data) for p in status.get("partitions", []))
             self._owner = owner
         return self._owner.get(partition)
 
     def get(self, partition: int) -> VectorStore:
-        return RemoteStore(partition, self.locate, self._client, self._timeout_s)
+        return RemoteStore(partition, self.locate, self._client, self._timeout_s, self._token)
 
     def release(self, partitions: Any) -> None:
         return None

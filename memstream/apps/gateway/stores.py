@@ -18,4 +18,5 @@ def gateway_shards(settings: Settings, dim: int) -> Shards:
     urls = settings.worker_urls or [
         f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
     ]
-    return OwnerShards(urls)
+    token = settings.internal_token
+    return OwnerShards(urls, token.get_secret_value() if token else None)
