@@ -56,7 +56,7 @@ class RecallRequest(Body):
         le=32_000,
         description="the most tokens the returned context may take; tokens = ⌈characters / 4⌉ of the context",
     )
-    levels: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
+    levels: list[Annotated[int, Field(ge=1, le=5, strict=True)]] | None = Field(
         None,
         description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile); "
         "default: leaves only (units, episodes, facts)",
