@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.routing import Match
 
+from memstream.adapters.broker import free_port
 from memstream.adapters.settings import Settings
+from memstream.apps.cli import main
 from memstream.apps.gateway.app import create_app
 from memstream.apps.gateway.forget import split_key, unaddressable
 from memstream.core.validation import Rejection, limits_from, validate
@@ -110,3 +112,17 @@ def test_stored_ids_the_grammar_refuses_are_found() -> None:
     assert split_key("acme/x/y") == ("acme", "x/y")
     with pytest.raises(ValueError, match="tenant/user_id"):
         split_key("no-user")
+
+
+def test_forget_of_a_key_that_names_no_user_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["forget", "--user-key", "no-user"]) == 2
+    assert "a user key is tenant/user_id" in capsys.readouterr().err
+
+
+def test_users_without_a_pipeline_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_METRICS_PORT", str(free_port()))
+    monkeypatch.setenv("MEMSTREAM_EMBEDDER", "hash")
+    assert main(["users", "--invalid"]) == 1
+    assert "is `memstream up` running" in capsys.readouterr().err

@@ -342,22 +342,44 @@ def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+_NO_STORE = "the store did not answer ({}); is `memstream up` running (or the Qdrant server reachable)?"
+
+
 def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from memstream.apps.gateway.forget import configured_tenants, list_users
+    from memstream.core.store import StoreUnavailable
 
-    for key in list_users(settings, args.tenant or configured_tenants(settings), args.invalid):
+    try:
+        keys = list_users(settings, args.tenant or configured_tenants(settings), args.invalid)
+    except StoreUnavailable as exc:
+        print(f"memstream: {_NO_STORE.format(exc)}", file=sys.stderr)
+        return 1
+    for key in keys:
         print(key)
     return 0
 
 
 def _cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from aiokafka.errors import KafkaError
+
     from memstream.apps.gateway.forget import forget_key
+    from memstream.core.store import StoreUnavailable
 
     try:
         stone = asyncio.run(forget_key(settings, args.user_key))
     except ValueError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"memstream: {_NO_STORE.format(exc)}", file=sys.stderr)
+        return 1
+    except KafkaError as exc:
+        # The points are deleted; the tombstone is not recorded: running the command again records it.
+        print(
+            f"memstream: no tombstone recorded, the broker did not answer ({exc!r}); run it again",
+            file=sys.stderr,
+        )
+        return 1
     print(
         f"forgot {stone.tenant}/{stone.user_id}: {stone.units} units, {stone.memories} memories; "
         "tombstone recorded"
