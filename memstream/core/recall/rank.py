@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from memstream.core.dates import coarse_date, render_span
 from memstream.core.lexical import K1, B, stem, tokenize
+from memstream.core.plain_text import plain
 from memstream.core.recall.config import DEFAULT
 
 Complexity = Literal["simple", "hybrid", "complex"]
@@ -377,30 +377,11 @@ def day_header(item: Item, zone: ZoneInfo) -> str:
     return f"[{render_span(item.start, item.end, zone)}]"
 
 
-# Invisible characters that could reorder or hide what follows them in a line: bidi embeddings,
-# overrides, isolates and marks (U+061C, U+200E/F, U+202A-E, U+2066-9) and zero-width characters
-# other than the joiners (U+200B, U+2060, U+FEFF). Line and paragraph separators (U+2028/9, U+0085)
-# are whitespace to ``str.split``, so folding already takes them.
-_INVISIBLE = dict.fromkeys(
-    [0x061C, 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-)
-
-
-def plain(text: str) -> str:
-    """Stored text as it may stand in a context line: folded onto one line, without the invisible
-    characters above, and with a leading "[" (after any other format characters, dropped) escaped
-    as "\\[", so that no text can pass for a day header, a tree node's "[<kind> <dates>]" or another
-    item (the speaker grammar refuses such speakers at ingest; an LLM-written memory or an older
-    unit may still hold them)."""
-    text = " ".join(text.translate(_INVISIBLE).split())
-    start = next((i for i, c in enumerate(text) if unicodedata.category(c) != "Cf"), len(text))
-    return "\\" + text[start:] if text.startswith("[", start) else text
-
-
 def render_line(item: Item, zone: ZoneInfo) -> str:
-    """The line an item takes in a context, its text made ``plain``: a leaf's text under its day's
-    header (``day_header``), with a unit's event times when they differ from the day it was said
-    (``_event_note``); "[<kind> <date range>] <text>" for a tree node. Leaves carry no kind: a fact reads
+    """The line an item takes in a context, its text made ``plain`` (no text can pass for a header,
+    a node or another item): a leaf's text under its day's header (``day_header``), with a unit's
+    event times when they differ from the day it was said (``_event_note``); "[<kind> <date range>]
+    <text>" for a tree node. Leaves carry no kind: a fact reads
     as a statement, a unit opens with its speaker, and the tokens go to text."""
     text = plain(item.text)
     if item.level == LEAF_LEVEL:
