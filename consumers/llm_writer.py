@@ -18,6 +18,7 @@ from typing import Any
 
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
 from memstream.adapters.llm import LLMClient
+from memstream.core.plain_text import plain_lines
 from memstream.core.prompts import (
     DURATIVE,
     EPISODES,
@@ -177,7 +178,8 @@ def render(sources: Sequence[Source], scope: Scope) -> str:
     for s in sources:
         when = s.ts.astimezone(scope.zone).strftime("%Y-%m-%d %H:%M (%A)")
         times = "; ".join(f"'{et.expression}' = {_period(et.start, et.end, scope)}" for et in s.event_times)
-        blocks.append(f"[{s.id}] {when}\n{s.text}" + (f"\n(times: {times})" if times else ""))
+        # The text's lines made plain: a line of stored text cannot open a block of its own.
+        blocks.append(f"[{s.id}] {when}\n{plain_lines(s.text)}" + (f"\n(times: {times})" if times else ""))
     return "\n\n".join(blocks) or "(none)"
 
 

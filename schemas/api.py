@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.events import Identifier, IsoAwareDatetime, TenantId, Turn
+from schemas.events import IsoAwareDatetime, StoredIdentifier, TenantId, Turn
 from schemas.memory import MemoryKind
 
 MAX_BATCH = 500
@@ -31,10 +31,23 @@ class TurnBatch(Body):
 class TurnsAccepted(Body):
     accepted: int = Field(description="turns written to the turns topic (acks=all)")
     turn_ids: list[str]
+    content_hashes: list[str] = Field(
+        description="each turn's content hash, in the order of turn_ids: once the turn is stored, "
+        "GET /v1/users/{user_id}/turns/{turn_id} answers the stored turn's hash; another hash there means "
+        "this turn reused a stored turn_id with other content and was dead-lettered (turn_id_reused)"
+    )
+
+
+class TurnStored(Body):
+    turn_id: str
+    session_id: str
+    ts: datetime = Field(description="dialogue time, as stored")
+    content_hash: str = Field(description="of the stored turn: compare with the one POST /v1/turns answered")
 
 
 class RecallRequest(Body):
-    user_id: Identifier
+    # Any stored id: in the body, so a user stored before ids had to be one path segment stays readable.
+    user_id: StoredIdentifier
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
     now: IsoAwareDatetime | None = Field(None, description="the time the question is asked; default: now")
     budget_tokens: int = Field(
@@ -43,7 +56,7 @@ class RecallRequest(Body):
         le=32_000,
         description="the most tokens the returned context may take; tokens = ⌈characters / 4⌉ of the context",
     )
-    levels: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
+    levels: list[Annotated[int, Field(ge=1, le=5, strict=True)]] | None = Field(
         None,
         description="only memories of these levels (1 leaves, 2 session, 3 day, 4 week, 5 profile); "
         "default: leaves only (units, episodes, facts)",
@@ -110,7 +123,7 @@ class Timeline(Body):
 
 
 class ToolCall(Body):
-    user_id: Identifier
+    user_id: StoredIdentifier
     arguments: dict[str, Any] = Field(default_factory=dict, description="as the tool's schema describes")
 
 

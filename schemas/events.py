@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -27,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 # Limits are part of the contract, so they live here and show up in the JSON Schemas.
 MAX_CONTENT_CHARS = 16_000
@@ -37,8 +39,34 @@ MAX_METADATA_VALUE_CHARS = 1_024
 # Deterministic ids: uuid5 under one project namespace, so redelivery rewrites the same point.
 NAMESPACE = uuid.UUID("6f1c1c8e-3a43-5b7e-9a55-6d656d737472")
 
-Identifier = Annotated[
+# Any id a record may carry: what was accepted before ids had to be one path segment (below), so
+# that units, memories and tombstones of such a user still flow, and the user can be forgotten
+# (`memstream forget --user-key`).
+StoredIdentifier = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+# The one grammar of the ids a client sends (user_id, session_id, turn_id): one URL path segment,
+# so that every user route (`/v1/users/{user_id}/...`) addresses every accepted id once it is
+# percent-encoded. Routing decodes the path before matching, so "/" (%2F) would split the id, and
+# clients and proxies remove the dot segments "." and ".." (RFC 3986 5.2.4) before sending. An id
+# the routes could not reach could not be forgotten, so it is refused at ingest (422 at the
+# gateway, a dead letter with reason invalid_identifier at the ingest processor) rather than
+# answered by routes that take any text (`{user_id:path}` cannot tell "a/timeline" the user from
+# the timeline of "a").
+ID_GRAMMAR = "1 to 256 characters, no control characters and no '/', and not '.' or '..'"
+ID_PATTERN = r"^(?!\.\.?$)[^\x00-\x1f\x7f/]{1,256}$"  # the JSON Schema's (ECMA-262) form of the grammar
+
+
+def _one_path_segment(v: str) -> str:
+    if "/" in v or v in (".", ".."):
+        raise PydanticCustomError("invalid_identifier", "an id is one URL path segment: " + ID_GRAMMAR)
+    return v
+
+
+Identifier = Annotated[
+    StoredIdentifier,
+    AfterValidator(_one_path_segment),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": ID_PATTERN}),
 ]
 TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 # 64-bit integers and finite floats: what JSON round-trips (orjson writes no wider integer, and
@@ -121,8 +149,41 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
 
 
+MAX_SPEAKER_CHARS = 64
+SPEAKER_GRAMMAR = (
+    f"1 to {MAX_SPEAKER_CHARS} printable characters (no line breaks, no bidi or other format "
+    "characters), not starting with '[' or a space, not ending with a space"
+)
+
+
+def _plain_speaker(v: str) -> str:
+    # A unit's text opens with its speaker, and a recall context is read line by line under
+    # "[date]" headers: a speaker must not be able to start a line, look like a header or reorder
+    # what follows (bidi controls are format characters, so not printable).
+    if not v.isprintable() or v.startswith("[") or v != v.strip():
+        raise PydanticCustomError("invalid_speaker", SPEAKER_GRAMMAR)
+    return v
+
+
+Speaker = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_SPEAKER_CHARS),
+    AfterValidator(_plain_speaker),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_SPEAKER_CHARS,
+            "pattern": r"^(?![\[ ])[^\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f"
+            r"\u202a-\u202e\u2066-\u2069]*(?<! )$",
+            "description": SPEAKER_GRAMMAR,
+        }
+    ),
+]
+
+
 class Message(Record):
-    speaker: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    speaker: Speaker
     role: Role = Role.USER
     content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] = Field(
         description="the message text: not blank, no NUL bytes"
@@ -197,9 +258,9 @@ class Unit(Record):
 
     unit_id: str
     tenant: TenantId
-    user_id: Identifier
-    session_id: Identifier
-    turn_id: Identifier
+    user_id: StoredIdentifier
+    session_id: StoredIdentifier
+    turn_id: StoredIdentifier
     ts: AwareDatetime = Field(description="dialogue time")
     timezone: str
     text: str = Field(description="the exchange rendered as 'speaker: content' lines")
@@ -218,7 +279,7 @@ class ConsolidationRequest(Record):
 
     request_id: str = Field(description="uuid5 of the sorted unit ids: redelivery is idempotent")
     tenant: TenantId
-    user_id: Identifier
+    user_id: StoredIdentifier
     trigger_unit_id: str
     unit_ids: list[str] = Field(min_length=1)
     similarities: list[float] = Field(description="cosine of each unit to the trigger unit")
@@ -250,7 +311,7 @@ class WindowClosed(Record):
 
     window_id: str
     tenant: TenantId
-    user_id: Identifier
+    user_id: StoredIdentifier
     level: WindowLevel
     start: AwareDatetime
     end: AwareDatetime
@@ -302,7 +363,7 @@ class Tombstone(Record):
     """A user forgotten through the gateway: every unit and memory of theirs deleted at ``deleted_at``."""
 
     tenant: TenantId
-    user_id: Identifier
+    user_id: StoredIdentifier
     deleted_at: AwareDatetime
     units: int = Field(ge=0, description="units deleted")
     memories: int = Field(ge=0, description="memories deleted")

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from schemas.events import NAMESPACE, Identifier, Record, TenantId, partition_key
+from schemas.events import NAMESPACE, Record, StoredIdentifier, TenantId, partition_key
 
 
 class MemoryKind(StrEnum):
@@ -75,7 +75,7 @@ class Memory(Record):
 
     memory_id: str
     tenant: TenantId
-    user_id: Identifier
+    user_id: StoredIdentifier
     kind: MemoryKind
     level: int = Field(ge=1, le=5)
     text: str = Field(min_length=1)
@@ -160,7 +160,7 @@ class MemoryUpdate(Record):
     op: MemoryOp
     memory_id: str
     tenant: TenantId
-    user_id: Identifier
+    user_id: StoredIdentifier
     memory: Memory | None = None
     valid_to: AwareDatetime | None = None
     expired_at: AwareDatetime | None = None

@@ -154,7 +154,10 @@ def ingested(gateway: Gateway) -> dict[str, Any]:
     with gateway.client(KEY_ACME) as acme, gateway.client(KEY_GLOBEX) as globex:
         r = acme.post("/v1/turns", json={"turns": ACME_TURNS})
         assert r.status_code == 202, r.text
-        assert r.json() == {"accepted": len(ACME_TURNS), "turn_ids": [t["turn_id"] for t in ACME_TURNS]}
+        accepted = r.json()
+        assert accepted["accepted"] == len(ACME_TURNS)
+        assert accepted["turn_ids"] == [t["turn_id"] for t in ACME_TURNS]
+        assert len(set(accepted["content_hashes"])) == len(ACME_TURNS)
         for turn in GLOBEX_TURNS:  # one at a time: the single-turn body
             assert globex.post("/v1/turns", json=turn).status_code == 202
         # Idempotent by turn_id: the same batch again changes nothing.

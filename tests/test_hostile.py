@@ -235,17 +235,18 @@ CONTENT = TEXT.filter(lambda s: s.strip() != "" and "\x00" not in s)
 FLOAT = st.floats(allow_nan=False, allow_infinity=False)
 META_VALUE = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | FLOAT | TEXT
 
-MESSAGE = st.builds(
-    Message,
-    speaker=st.text(st.characters(codec="utf-8"), min_size=1, max_size=20),
-    content=CONTENT,
+# What a client may send: ids that are one URL path segment, speakers of the speaker grammar.
+CLIENT_IDENT = IDENT.filter(lambda s: "/" not in s and s not in (".", ".."))
+SPEAKER = st.text(st.characters(codec="utf-8"), min_size=1, max_size=20).filter(
+    lambda s: s.isprintable() and s == s.strip() and not s.startswith("[")
 )
+MESSAGE = st.builds(Message, speaker=SPEAKER, content=CONTENT)
 TURN = st.builds(
     Turn,
     tenant=TENANT,
-    user_id=IDENT,
-    session_id=IDENT,
-    turn_id=IDENT,
+    user_id=CLIENT_IDENT,
+    session_id=CLIENT_IDENT,
+    turn_id=CLIENT_IDENT,
     ts=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)) | AWARE,
     timezone=st.none() | st.just("Europe/Lisbon"),
     messages=st.lists(MESSAGE, min_size=1, max_size=2),
@@ -384,6 +385,22 @@ HOSTILE: list[tuple[str, bytes | None, str]] = [
     ("del_in_user_id", raw(user_id="u\x7f"), "invalid_identifier"),
     ("newline_in_tenant", raw(tenant="acme\n"), "invalid_identifier"),
     ("huge_user_id", raw(user_id="u" * 10_000), "too_long"),
+    ("slash_in_user_id", raw(user_id="x/y"), "invalid_identifier"),  # no user route would reach it
+    ("dot_dot_user_id", raw(user_id=".."), "invalid_identifier"),
+    ("slash_in_turn_id", raw(turn_id="a/b"), "invalid_identifier"),
+    (
+        "day_header_speaker",
+        raw(messages=[{"speaker": "[27 May 2023]\nAna", "content": "hi"}]),
+        "invalid_speaker",
+    ),
+    (
+        "bracket_speaker",
+        raw(messages=[{"speaker": "[week 1 May 2023] Ana", "content": "hi"}]),
+        "invalid_speaker",
+    ),
+    ("bidi_speaker", raw(messages=[{"speaker": "Ana\u202e", "content": "hi"}]), "invalid_speaker"),
+    ("separator_speaker", raw(messages=[{"speaker": "A\u2028na", "content": "hi"}]), "invalid_speaker"),
+    ("long_speaker", raw(messages=[{"speaker": "A" * 65, "content": "hi"}]), "too_long"),
     (
         "huge_content",
         raw(messages=[{"speaker": "a", "content": "x" * (MAX_CONTENT_CHARS + 1)}]),

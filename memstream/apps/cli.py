@@ -187,6 +187,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     cn.set_defaults(func=_cmd_eval_consolidation)
 
+    us = sub.add_parser(
+        "users",
+        help="the stored users (tenant/user_id), with --invalid those no user route can address",
+        description="List the user keys holding units or memories, read as the gateway reads the stores "
+        "(the pipeline running, or the Qdrant server). --invalid lists only those whose user_id POST "
+        "/v1/turns now refuses (a '/', or '.' or '..'): stored before ids had to be one URL path segment, "
+        "they cannot be reached or deleted through the gateway; erase them with `memstream forget`.",
+        epilog=EPILOG,
+    )
+    us.add_argument("--invalid", action="store_true", help="only the users no user route can address")
+    us.add_argument(
+        "--tenant",
+        action="append",
+        help="a tenant to read (repeatable; default: the tenants of MEMSTREAM_API_KEYS, else 'default')",
+    )
+    us.set_defaults(func=_cmd_users)
+
+    fo = sub.add_parser(
+        "forget",
+        help="forget one user by its key tenant/user_id, as DELETE /v1/users/{user_id} does",
+        description="Delete every unit and memory of the user and record a tombstone on the tombstones "
+        "topic, so the workers drop the user's state and whatever of theirs is still on its way: the "
+        "gateway's DELETE, for any stored user, including those `memstream users --invalid` lists.",
+        epilog=EPILOG,
+    )
+    fo.add_argument("--user-key", required=True, help="tenant/user_id, as `memstream users` prints it")
+    fo.set_defaults(func=_cmd_forget)
+
     br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
     br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
     br.set_defaults(func=_cmd_broker)
@@ -376,6 +404,51 @@ def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
 
     result = asyncio.run(reindex(settings))
     print(f"read {result.updates:,} memory updates; the memories collection now holds {result.memories:,}")
+    return 0
+
+
+_NO_STORE = "the store did not answer ({}); is `memstream up` running (or the Qdrant server reachable)?"
+
+
+def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.apps.gateway.forget import configured_tenants, list_users
+    from memstream.core.store import StoreUnavailable
+
+    try:
+        keys = list_users(settings, args.tenant or configured_tenants(settings), args.invalid)
+    except StoreUnavailable as exc:
+        print(f"memstream: {_NO_STORE.format(exc)}", file=sys.stderr)
+        return 1
+    for key in keys:
+        print(key)
+    return 0
+
+
+def _cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from aiokafka.errors import KafkaError
+
+    from memstream.apps.gateway.forget import forget_key
+    from memstream.core.store import StoreUnavailable
+
+    try:
+        stone = asyncio.run(forget_key(settings, args.user_key))
+    except ValueError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
+    except StoreUnavailable as exc:
+        print(f"memstream: {_NO_STORE.format(exc)}", file=sys.stderr)
+        return 1
+    except KafkaError as exc:
+        # The points are deleted; the tombstone is not recorded: running the command again records it.
+        print(
+            f"memstream: no tombstone recorded, the broker did not answer ({exc!r}); run it again",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"forgot {stone.tenant}/{stone.user_id}: {stone.units} units, {stone.memories} memories; "
+        "tombstone recorded"
+    )
     return 0
 
 

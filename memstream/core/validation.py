@@ -42,6 +42,9 @@ _REASONS = {
     "datetime_from_date_parsing": "invalid_timestamp",
     "datetime_type": "invalid_timestamp",
     "string_pattern_mismatch": "invalid_identifier",
+    # schemas.events' own error types
+    "invalid_identifier": "invalid_identifier",
+    "invalid_speaker": "invalid_speaker",
 }
 
 

@@ -36,10 +36,10 @@ from memstream.adapters.remote_recall import recall_at
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import Shards
 from memstream.apps.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
+from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
 from memstream.core.embedder import Embedder
-from memstream.core.forgetting import erase_user
 from memstream.core.memories import MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
@@ -47,8 +47,7 @@ from memstream.core.recall.engine import Recalled
 from memstream.core.recall.tools import run_tool
 from memstream.core.recall.wire import Ask
 from memstream.core.store import Filter, Range, StoreUnavailable, VectorStore, scroll_all
-from memstream.core.unit_views import UNIT_VIEWS
-from memstream.core.units import UNITS, USER_FIELD
+from memstream.core.units import UNITS, USER_FIELD, content_hash, unit_from_payload
 from memstream.core.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
     AnswerResponse,
@@ -63,8 +62,16 @@ from schemas.api import (
     TurnBatch,
     TurnIn,
     TurnsAccepted,
+    TurnStored,
 )
-from schemas.events import DEFAULT_TENANT, IsoAwareDatetime, Tombstone, Turn, partition_key
+from schemas.events import (
+    DEFAULT_TENANT,
+    Identifier,
+    IsoAwareDatetime,
+    Turn,
+    partition_key,
+    unit_id_for,
+)
 from schemas.tools import TOOLS, ToolResult, openai_tools
 from schemas.topics import TOMBSTONES, TURNS
 
@@ -211,7 +218,9 @@ async def tenant(request: Request) -> str:
 
 
 Tenant = Annotated[str, Depends(tenant)]
-UserId = Annotated[str, PathParam(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# The ids POST /v1/turns accepts, and no others: every accepted user can be reached and forgotten.
+UserId = Annotated[Identifier, PathParam()]
+TurnId = Annotated[Identifier, PathParam()]
 Svc = Annotated[Services, Depends(svc_of)]
 
 
@@ -281,7 +290,11 @@ def create_app(settings: Settings) -> FastAPI:
         except TimeoutError as exc:
             raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
         metrics.TURNS_ACCEPTED.labels(tenant).inc(len(turns))
-        return TurnsAccepted(accepted=len(turns), turn_ids=[t.turn_id for t in turns])
+        return TurnsAccepted(
+            accepted=len(turns),
+            turn_ids=[t.turn_id for t in turns],
+            content_hashes=[content_hash(t) for t in turns],
+        )
 
     @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
     def post_recall(body: RecallRequest, tenant: Tenant, svc: Svc) -> RecallResponse:
@@ -368,6 +381,25 @@ def create_app(settings: Settings) -> FastAPI:
         return Timeline(user_id=user_id, nodes=nodes)
 
     @app.get(
+        "/v1/users/{user_id}/turns/{turn_id}",
+        response_model=TurnStored,
+        tags=["ingest"],
+        responses={404: {"model": Problem, "description": "no turn stored under this turn_id"}},
+    )
+    def get_turn(user_id: UserId, turn_id: TurnId, tenant: Tenant, svc: Svc) -> TurnStored:
+        """The turn stored under ``turn_id``: its content hash tells whether the turn you posted is
+        the one stored (the hash POST /v1/turns answered) or was refused as a reused turn_id. 404
+        until the pipeline has stored it, and for a turn dead-lettered for any other reason."""
+        key = partition_key(tenant, user_id)
+        hits = svc.store(key).retrieve(UNITS, [unit_id_for(tenant, user_id, turn_id)])
+        if not hits:
+            raise HTTPException(404, "no turn stored under this turn_id (not yet, refused, or forgotten)")
+        unit = unit_from_payload(hits[0].payload)
+        return TurnStored(
+            turn_id=unit.turn_id, session_id=unit.session_id, ts=unit.ts, content_hash=unit.content_hash
+        )
+
+    @app.get(
         "/v1/users/{user_id}/updates",
         tags=["recall"],
         response_class=StreamingResponse,
@@ -403,17 +435,15 @@ def create_app(settings: Settings) -> FastAPI:
     async def delete_user(user_id: UserId, tenant: Tenant, svc: Svc) -> DeleteResult:
         """Forget a user: every unit and memory of theirs, in every collection; a tombstone is
         recorded on the ``tombstones`` topic. Returns what was deleted."""
-        key = partition_key(tenant, user_id)
-        units, memories, _ = await run_in_threadpool(
-            erase_user, svc.store(key), key, [UNITS, MEMORIES, UNIT_VIEWS]
-        )
-        stone = Tombstone(
-            tenant=tenant, user_id=user_id, deleted_at=datetime.now(UTC), units=units, memories=memories
-        )
-        await svc.producer.send_and_wait(settings.topic(TOMBSTONES.name), stone.to_bytes(), key=key.encode())
+        store = svc.store(partition_key(tenant, user_id))
+        stone = await forget_user(store, svc.producer, settings.topic(TOMBSTONES.name), tenant, user_id)
         metrics.USERS_DELETED.labels(tenant).inc()
         return DeleteResult(
-            tenant=tenant, user_id=user_id, units=units, memories=memories, tombstone=stone.deleted_at
+            tenant=tenant,
+            user_id=user_id,
+            units=stone.units,
+            memories=stone.memories,
+            tombstone=stone.deleted_at,
         )
 
     @app.get("/healthz", tags=["ops"])

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from memstream.core.dates import coarse_date, render_span
 from memstream.core.lexical import K1, B, stem, tokenize
+from memstream.core.plain_text import plain
 from memstream.core.recall.config import DEFAULT
 
 Complexity = Literal["simple", "hybrid", "complex"]
@@ -377,11 +378,12 @@ def day_header(item: Item, zone: ZoneInfo) -> str:
 
 
 def render_line(item: Item, zone: ZoneInfo) -> str:
-    """The line an item takes in a context, its text folded onto one line: a leaf's text under its day's
-    header (``day_header``), with a unit's event times when they differ from the day it was said
-    (``_event_note``); "[<kind> <date range>] <text>" for a tree node. Leaves carry no kind: a fact reads
+    """The line an item takes in a context, its text made ``plain`` (no text can pass for a header,
+    a node or another item): a leaf's text under its day's header (``day_header``), with a unit's
+    event times when they differ from the day it was said (``_event_note``); "[<kind> <date range>]
+    <text>" for a tree node. Leaves carry no kind: a fact reads
     as a statement, a unit opens with its speaker, and the tokens go to text."""
-    text = " ".join(item.text.split())
+    text = plain(item.text)
     if item.level == LEAF_LEVEL:
         return f"{text}{_event_note(item, zone)}"
     return f"[{item.kind} {render_span(item.start, item.end, zone)}] {text}"
