@@ -145,6 +145,14 @@ def test_a_confined_delete_without_a_user_leaves_the_partition_whole(store: Vect
     assert store.count("units") == 0
 
 
+def test_a_tenants_users_leave_a_worker_as_their_keys_alone(store: VectorStore) -> None:
+    # `memstream users` lists a tenant's users through the workers: keys, never a point's payload.
+    assert confinement("user_keys", {"collection": "units"})
+    assert confinement("user_keys", {"collection": "units", "tenant": ""})
+    req = orjson.dumps({"collection": "units", "tenant": "tenantB"})
+    assert orjson.loads(serve(store, "user_keys", req, confined=True)) == ["tenantB/other", "tenantB/victim"]
+
+
 # --- the internal port's pages over HTTP, every route of its table -------------------------------------
 
 

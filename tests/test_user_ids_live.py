@@ -19,10 +19,10 @@ import pytest
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import partition_for, read_topic
-from memstream.apps.gateway.stores import gateway_shards
+from memstream.adapters.store.shards import open_shards
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Point
-from memstream.core.units import UNITS, build_unit, unit_payload
+from memstream.core.units import UNITS, build_unit, unit_payload, units_spec
 from schemas.events import DeadLetter, Message, Tombstone, Turn
 from schemas.topics import DEAD_LETTER, TOMBSTONES
 from tests.conftest import Pipeline, make_pipeline, ready, wait_for
@@ -148,12 +148,16 @@ def test_a_user_stored_before_the_grammar_is_found_and_forgotten(live: tuple[Pip
     )
     unit = build_unit(turn, ZoneInfo("UTC"), extract_event_times)
     vector = HashingEmbedder(settings.hash_dim).embed([unit.text])[0]
-    shards = gateway_shards(settings, settings.hash_dim)
+    # Written into the shard itself, pipeline stopped: a worker serves no writes on its port.
+    pipeline.stop()
+    shards = open_shards(settings, [units_spec(settings.hash_dim)])
     try:
         store = shards.get(partition_for(unit.key.encode(), settings.topic_partitions))
         store.upsert(UNITS, [Point(unit.unit_id, vector, unit_payload(unit))])
     finally:
         shards.close()
+    pipeline.start()
+    wait_for(lambda: ready(url), 180, "the gateway to be ready again")
     with _client(url) as c:
         assert c.post("/v1/recall", json={"user_id": "x/y", "query": "locker"}).json()["items"]
         c.post("/v1/turns", json=_turn("fine-user")).raise_for_status()

@@ -40,8 +40,9 @@ from memstream.core.store import (
     SparseVector,
     StoreUnavailable,
     VectorStore,
+    scroll_all,
 )
-from memstream.core.units import USER_FIELD
+from memstream.core.units import TENANT_FIELD, USER_FIELD
 
 
 def _filter_out(flt: Filter | None) -> dict[str, Any] | None:
@@ -142,6 +143,11 @@ def _search_many(store: VectorStore, req: dict[str, Any]) -> list[list[dict[str,
     return [_hits_out(hits) for hits in store.search_many(req["collection"], queries)]
 
 
+def _user_keys(store: VectorStore, req: dict[str, Any]) -> list[str]:
+    tenant = Filter(equals={TENANT_FIELD: req["tenant"]})
+    return sorted({str(hit.payload[USER_FIELD]) for hit in scroll_all(store, req["collection"], tenant)})
+
+
 def _scroll(store: VectorStore, req: dict[str, Any]) -> dict[str, Any]:
     hits, offset = store.scroll(req["collection"], _filter_in(req["flt"]), req["limit"], req.get("offset"))
     return {"hits": _hits_out(hits), "offset": offset}
@@ -156,6 +162,7 @@ _OPS: dict[str, Callable[[VectorStore, dict[str, Any]], Any]] = {
     "count": lambda s, r: s.count(r["collection"], _filter_in(r["flt"])),
     "scroll": _scroll,
     "delete": lambda s, r: s.delete(r["collection"], _filter_in(r["flt"]) or Filter()),
+    "user_keys": _user_keys,
 }
 
 
@@ -168,12 +175,17 @@ _GATEWAY_FILTERS: dict[str, Callable[[Mapping[str, Any]], list[Any]]] = {
     "search_many": lambda r: [q.get("flt") if isinstance(q, Mapping) else None for q in r.get("queries", [])],
     "retrieve": lambda r: [],
 }
+# Operators list a tenant's users (``memstream users``): the keys alone, never a point's text.
+_TENANT_OPS = frozenset({"user_keys"})
 
 
 def confinement(op: str, req: Any) -> str | None:
     """Why a gateway's request ``op`` may not run, or None: an operation a gateway never sends, or a
     filter that does not pin one user (``equals`` on the user key), which would select the points of
     every user on the partition."""
+    if op in _TENANT_OPS:
+        tenant = req.get("tenant") if isinstance(req, Mapping) else None
+        return None if isinstance(tenant, str) and tenant else f"{op} must name one tenant"
     filters_of = _GATEWAY_FILTERS.get(op)
     if filters_of is None:
         return f"{op} is not served to gateways"
@@ -280,6 +292,11 @@ class RemoteStore:
 
     def delete(self, collection: str, flt: Filter) -> None:
         self._call("delete", {"collection": collection, "flt": _filter_out(flt)})
+
+    def user_keys(self, collection: str, tenant: str) -> list[str]:
+        """The distinct user keys of ``tenant`` in ``collection``: a tenant's points leave the worker
+        only as their keys."""
+        return list(self._call("user_keys", {"collection": collection, "tenant": tenant}))
 
     def close(self) -> None:
         return None  # the client belongs to whoever made it

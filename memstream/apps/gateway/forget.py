@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import by_key, client_kwargs, partition_for
 from memstream.adapters.settings import Settings
+from memstream.adapters.store.remote import RemoteStore
 from memstream.adapters.store.shards import Shards, all_stores
 from memstream.apps.gateway.auth import parse_keys
 from memstream.apps.gateway.stores import gateway_shards
@@ -75,7 +76,10 @@ def stored_user_keys(stores: Sequence[VectorStore], tenants: Iterable[str]) -> s
         mine = Filter(equals={TENANT_FIELD: tenant})
         for store in stores:
             for collection in (UNITS, MEMORIES):
-                keys.update(hit.payload[USER_FIELD] for hit in scroll_all(store, collection, mine))
+                if isinstance(store, RemoteStore):  # a worker's shard: its keys only, not its texts
+                    keys.update(store.user_keys(collection, tenant))
+                else:
+                    keys.update(hit.payload[USER_FIELD] for hit in scroll_all(store, collection, mine))
     return keys
 
 
