@@ -417,6 +417,13 @@ HOSTILE: list[tuple[str, bytes | None, str]] = [
         "malformed_json",
     ),
     ("unknown_field_delete_all", raw(delete_all=True), "unknown_field"),
+    # JSON can spell a lone surrogate; pydantic's parser refuses it (the gateway answers 422).
+    (
+        "lone_surrogate_in_content",
+        json.dumps(good(messages=[{"speaker": "a", "content": "SECRET \ud800"}])).encode(),
+        "malformed_json",
+    ),
+    ("lone_surrogate_in_metadata_key", json.dumps(good(metadata={"k\udc00": 1})).encode(), "malformed_json"),
 ]
 
 
@@ -452,6 +459,50 @@ def test_validate_never_raises_on_hostile_field_values(over: dict[str, Any]) -> 
 def test_validate_never_raises_on_any_timezone_name(timezone_name: str) -> None:
     result = validate(json.dumps(good(timezone=timezone_name)).encode(), LIMITS, NOW)
     assert isinstance(result, Turn | Rejection)
+
+
+SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
+# Request models with where a string goes in each: every text the gateway parses with Python's json.
+REQUEST_TEXT: dict[str, Any] = {
+    "recall query": lambda t: schemas.api.RecallRequest.model_validate({"user_id": "u", "query": t}),
+    "recall user_id": lambda t: schemas.api.RecallRequest.model_validate({"user_id": t, "query": "q"}),
+    "tool argument": lambda t: schemas.api.ToolCall.model_validate(
+        {"user_id": "u", "arguments": {"filters": [{"subject": t}]}}
+    ),
+    "tool argument name": lambda t: schemas.api.ToolCall.model_validate(
+        {"user_id": "u", "arguments": {t: 1}}
+    ),
+    "content": lambda t: schemas.api.TurnIn.model_validate(good(messages=[{"speaker": "a", "content": t}])),
+    "timezone": lambda t: schemas.api.TurnIn.model_validate(good(timezone=t)),
+    "metadata value": lambda t: schemas.api.TurnIn.model_validate(good(metadata={"k": t})),
+    "metadata key": lambda t: schemas.api.TurnBatch.model_validate({"turns": [good(metadata={t: 1})]}),
+}
+
+
+@FUZZ
+@given(
+    where=st.sampled_from(sorted(REQUEST_TEXT)),
+    before=st.text(max_size=20),
+    surrogate=SURROGATES,
+    after=st.text(max_size=20),
+)
+def test_a_lone_surrogate_anywhere_in_a_request_is_a_validation_error(
+    where: str, before: str, surrogate: str, after: str
+) -> None:
+    """Python's json module (FastAPI's body parser) reads "\\ud800" as a lone surrogate, which
+    UTF-8 cannot write: every request model refuses it, with pydantic's own error type."""
+    with pytest.raises(ValidationError) as err:
+        REQUEST_TEXT[where](f"{before}{surrogate}{after}")
+    assert err.value.errors()[0]["type"] == "string_unicode", err.value.errors()
+
+
+@pytest.mark.parametrize("where", sorted(REQUEST_TEXT))
+def test_valid_unicode_in_a_request_passes_the_unicode_check(where: str) -> None:
+    text = "Zoë 😀 \u202e ok"  # astral and bidi characters are valid Unicode (other checks may refuse them)
+    try:
+        REQUEST_TEXT[where](text)
+    except ValidationError as exc:
+        assert all(e["type"] != "string_unicode" for e in exc.errors()), exc.errors()
 
 
 # --- 3. a reused turn_id is dead-lettered, never an overwrite --------------------------------------

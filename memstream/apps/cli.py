@@ -222,6 +222,11 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
         port=port,
         log_level=settings.log_level.lower(),
         access_log=False,  # request lines carry user ids; /metrics counts requests instead
+        # uvicorn has no deadline for a request's headers (only timeout_keep_alive between
+        # requests): h11 bounds their size, and a connection still sending them holds no slot of
+        # the gateway's (the body has MEMSTREAM_GATEWAY_BODY_TIMEOUT_S).
+        http="h11",
+        h11_max_incomplete_event_size=16 * 1024,
     )
     return 0
 
