@@ -202,6 +202,19 @@ def _slow_body(port: int, key: str | None) -> socket.socket:
     return sock
 
 
+def _slow_headers(port: int) -> socket.socket:
+    """A connection that sent part of a request's headers."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"POST /v1/recall HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY_A}\r\n".encode())
+    return sock
+
+
+def _closed_at(sock: socket.socket) -> float:
+    """When the server closed the connection (perf_counter), having sent nothing."""
+    assert sock.recv(4096) == b""
+    return time.perf_counter()
+
+
 def _status(sock: socket.socket) -> tuple[int, float]:
     """The status code of the connection's response and when it came (perf_counter)."""
     data = b""
@@ -218,7 +231,8 @@ def test_slow_bodies_of_one_key_leave_other_tenants_served(broker: Broker, tmp_p
     """20 connections of key A hold a recall's body (headers with Content-Length: 100000, then one
     byte), and 5 more without a key: tenant B's recalls and timelines keep getting 200; A's first
     8 (its per-key bound) get 408 at the body deadline, the other 12 get 429 at once, the keyless
-    ones 401 at once. Bounded: 25 sockets, each read within 10 s."""
+    ones 401 at once; 3 connections still sending their headers are closed at the same deadline.
+    Bounded: 28 sockets, each read within 10 s."""
     port = free_port()
     pipeline = make_pipeline(
         broker,
@@ -229,10 +243,12 @@ def test_slow_bodies_of_one_key_leave_other_tenants_served(broker: Broker, tmp_p
     ).start()
     url = f"http://127.0.0.1:{port}"
     socks: list[socket.socket] = []
+    heads: list[socket.socket] = []
     try:
         wait_for(lambda: ready(url), 120, "the gateway to be ready", poll=1)
         t0 = time.perf_counter()
         socks = [_slow_body(port, KEY_A) for _ in range(SLOW)] + [_slow_body(port, None) for _ in range(5)]
+        heads = [_slow_headers(port) for _ in range(3)]
         time.sleep(0.3)  # every connection's headers are in
         recall = {"user_id": "user-0002", "query": f"where {MARKER}", "now": "2025-03-01T00:00:00Z"}
         seconds, codes = [], []
@@ -243,6 +259,7 @@ def test_slow_bodies_of_one_key_leave_other_tenants_served(broker: Broker, tmp_p
                 codes.append(b.get("/v1/users/user-0002/timeline").status_code)
                 seconds.append(time.perf_counter() - s0)
         held_s = time.perf_counter() - t0
+        heads[0].sendall(b"X-Trickle: 1\r\n")  # a byte more restarts no deadline
         assert held_s < BODY_TIMEOUT_S, f"tenant B's requests took {held_s:.2f}s: the slow bodies were let go"
         assert codes == [200] * 20, codes
         answers = [_status(s) for s in socks]
@@ -257,12 +274,15 @@ def test_slow_bodies_of_one_key_leave_other_tenants_served(broker: Broker, tmp_p
             f"p50 {sorted(seconds)[5] * 1000:.1f} ms, max {max(seconds) * 1000:.1f} ms; "
             f"408 after {max(at - t0 for c, at in answers if c == 408):.2f} s",
         )
+        # Headers have the same deadline: the connections still sending theirs are closed.
+        for at in [_closed_at(h) for h in heads]:
+            assert BODY_TIMEOUT_S - 0.5 < at - t0 < BODY_TIMEOUT_S + 3, at - t0
         scraped = httpx.get(f"{url}/metrics", timeout=5).text
         assert 'memstream_gateway_shed_total{reason="key",route="/v1/recall"} 12.0' in scraped
         assert 'memstream_gateway_requests_total{route="/v1/recall",status="408"} 8.0' in scraped
         assert "memstream_gateway_in_flight 0.0" in scraped
         assert MARKER not in pipeline.log.read_text(errors="replace")
     finally:
-        for s in socks:
+        for s in socks + heads:
             s.close()
         pipeline.stop()

@@ -221,8 +221,8 @@ class Settings(BaseSettings):
     gateway_body_timeout_s: float = Field(
         10.0,
         gt=0,
-        description="seconds a client has to send a request's whole body once its headers are in; "
-        "slower gets 408 and the connection is closed",
+        description="seconds a client has to send a request's headers (else the connection is closed), "
+        "and as long again for its whole body (else 408 and the connection is closed)",
     )
     worker_recall_concurrency: int = Field(
         2,
