@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,6 +35,7 @@ from memstream.adapters.llm import InvalidOutput, LLMClient
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway import auth
+from memstream.apps.gateway.app import create_app
 from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.prompts import (
@@ -880,3 +882,68 @@ def test_no_secret_or_message_text_reaches_the_logs(tmp_path: Path, caplog: pyte
         for needle in (SECRET, "4242", "PIN", API_KEY, "My key is"):
             assert needle not in text, (record.name, text)
     print(f"{len(logged)} INFO+ records checked", file=sys.stderr)
+
+
+def test_hostile_requests_leave_no_text_in_the_gateways_log_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway's app in process, its services not started (nothing past validation and the
+    gate needs them; a route that does fails, as a handler's bug would): every record at DEBUG and
+    up, of every logger (uvicorn's, starlette's, FastAPI's, ours), is scanned for the text sent,
+    tracebacks included."""
+    caplog.set_level(logging.DEBUG)
+    marker = "hostile-http-marker-0e5b"
+    app = create_app(Settings(api_keys=json.dumps({API_KEY: "acme"})))
+    app.state.svc = None  # not started: the lifespan would connect to a broker
+    auth_header = {"Authorization": f"Bearer {API_KEY}"}
+    turn = good(messages=[{"speaker": "Ann", "content": f"SECRET {marker} \ud800"}])
+    requests: list[tuple[str, str, dict[str, str], bytes, int]] = [
+        ("POST", "/v1/turns", auth_header, json.dumps(turn).encode(), 422),
+        (
+            "POST",
+            "/v1/recall",
+            auth_header,
+            json.dumps({"user_id": "u", "query": f"{marker}\udc00"}).encode(),
+            422,
+        ),
+        ("POST", "/v1/recall", auth_header, f'{{"user_id": "u", "query": "{marker}'.encode(), 422),
+        (
+            "POST",
+            "/v1/recall",
+            auth_header,
+            json.dumps({"user_id": "u", "query": marker * 50_000}).encode(),
+            422,
+        ),
+        (
+            "POST",
+            "/v1/recall",
+            {"X-API-Key": marker},
+            json.dumps({"user_id": "u", "query": marker}).encode(),
+            401,
+        ),
+        ("GET", f"/v1/users/{marker}/timeline", auth_header, b"", 500),  # fails on the missing services
+    ]
+
+    async def scenario() -> list[int]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return [
+                (
+                    await client.request(
+                        method, path, headers={**headers, "content-type": "application/json"}, content=body
+                    )
+                ).status_code
+                for method, path, headers, body, _ in requests
+            ]
+
+    assert asyncio.run(scenario()) == [expected for *_, expected in requests]
+    lines = [
+        f"{r.name} {r.levelname} {r.getMessage()} {r.exc_info} {r.exc_text} {r.stack_info}"
+        for r in caplog.records
+        if r.name != "httpx"  # this test's client, logging the URLs it asked for
+    ]
+    assert any("unhandled AttributeError on GET /v1/users/{user_id}/timeline" in line for line in lines), (
+        lines
+    )
+    assert not [line for line in lines if marker in line or API_KEY in line], lines
+    print(f"{len(lines)} records at DEBUG+ checked", file=sys.stderr)
