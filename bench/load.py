@@ -334,8 +334,9 @@ def start_gateway(
     broker: Broker, work: Path, embedder: str = "hash", **overrides: str
 ) -> tuple[Settings, subprocess.Popen[bytes], Path, int]:
     """:func:`start_up` with its gateway on a free port of 127.0.0.1, :data:`KEY` as the one API key
-    (for :data:`TENANT`, a rate limit that cannot interfere) and ``embedder``, once it is ready. Its
-    settings, process, log and gateway port; ``overrides``: more of its environment."""
+    (for :data:`TENANT`, a rate limit and a per-key bound that cannot interfere) and ``embedder``,
+    once it is ready. Its settings, process, log and gateway port; ``overrides``: more of its
+    environment."""
     port = free_port()
     settings, proc, log = start_up(
         broker,
@@ -344,6 +345,7 @@ def start_gateway(
         MEMSTREAM_API_KEYS=json.dumps({KEY: TENANT}),
         MEMSTREAM_RATE_LIMIT_PER_S="100000",
         MEMSTREAM_RATE_LIMIT_BURST="100000",
+        MEMSTREAM_GATEWAY_MAX_IN_FLIGHT_PER_KEY="100000",  # one key: the gateway's bound is measured
         MEMSTREAM_EMBEDDER=embedder,
         **overrides,
     )

@@ -523,9 +523,10 @@ def rows() -> list[Row]:
                     "s",
                 ),
                 ts(
-                    "Rate limited, live updates, deletions",
+                    "Rate limited, in flight, live updates, deletions",
                     [
                         (f"sum(rate(memstream_gateway_rate_limited_total{sel()}[{RI}]))", "429 rate limited"),
+                        (f"sum(memstream_gateway_in_flight{sel()})", "requests in flight"),
                         (
                             f"sum(rate(memstream_gateway_updates_received_total{sel()}[{RI}]))",
                             "memory.updates read for SSE",

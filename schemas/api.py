@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import IsoAwareDatetime, StoredIdentifier, TenantId, Turn
 from schemas.memory import MemoryKind
+from schemas.text import unicode_only
 
 MAX_BATCH = 500
 MAX_QUERY_CHARS = 2_000
@@ -18,10 +19,17 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Request(Body):
+    """A request body: any text in it must be valid Unicode (schemas/text.py)."""
+
+    _unicode = field_validator("*", mode="before")(unicode_only)
+
+
 class TurnIn(Turn):
     """A turn as a client posts it: the tenant comes from the API key (if given, it must match)."""
 
     tenant: TenantId | None = None  # type: ignore[assignment]
+    _unicode = field_validator("*", mode="before")(unicode_only)
 
 
 class TurnBatch(Body):
@@ -45,7 +53,7 @@ class TurnStored(Body):
     content_hash: str = Field(description="of the stored turn: compare with the one POST /v1/turns answered")
 
 
-class RecallRequest(Body):
+class RecallRequest(Request):
     # Any stored id: in the body, so a user stored before ids had to be one path segment stays readable.
     user_id: StoredIdentifier
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
@@ -122,7 +130,7 @@ class Timeline(Body):
     nodes: list[TimelineNode] = Field(description="tree nodes overlapping the interval, by start time")
 
 
-class ToolCall(Body):
+class ToolCall(Request):
     user_id: StoredIdentifier
     arguments: dict[str, Any] = Field(default_factory=dict, description="as the tool's schema describes")
 

@@ -405,14 +405,76 @@ def test_the_replica_serves_the_same_data_and_rate_limits_per_key(
         assert other.post("/v1/recall", json=query).status_code == 200
 
 
+def _logs(gateway: Gateway) -> str:
+    """Everything both gateways and the workers have logged so far, after a moment to flush."""
+    time.sleep(1)
+    log = gateway.pipeline.log
+    return log.read_text(errors="replace") + (log.parent / "replica.log").read_text(errors="replace")
+
+
+def _assert_not_logged(gateway: Gateway, *sent: str) -> None:
+    logs = _logs(gateway)
+    assert "gateway" in logs  # the gateway did log (its start-up), so an absence below means something
+    leaked = [s for s in sent if s in logs]
+    assert not leaked, leaked
+
+
 def test_bad_requests_get_clear_errors(gateway: Gateway) -> None:
+    marker = "bad-request-marker-2f8a"
     with gateway.client() as c:
-        r = c.post("/v1/turns", json={**ACME_TURNS[0], "messages": []})
+        r = c.post("/v1/turns", json={**ACME_TURNS[0], "metadata": {"note": marker}, "messages": []})
         assert r.status_code == 422 and "messages" in r.text
         r = c.post("/v1/turns", content=b"x" * 5_000_000, headers={"content-type": "application/json"})
         assert r.status_code == 413
         assert c.post("/v1/recall", json={"user_id": USER, "query": ""}).status_code == 422
+        r = c.post("/v1/recall", content=b'{"user_id": "u", "query": "' + marker.encode() + b" not json")
+        assert r.status_code == 422
         assert c.get("/metrics").text.count("memstream_gateway_requests_total") > 0
+    _assert_not_logged(gateway, marker)
+
+
+def _json(value: Any) -> bytes:
+    """JSON with non-ASCII escaped, as a client may send it: a lone surrogate as "\\ud800"."""
+    return json.dumps(value, ensure_ascii=True).encode()
+
+
+def test_invalid_unicode_is_a_422_and_its_text_reaches_no_log(gateway: Gateway) -> None:
+    """A lone surrogate (valid JSON, not valid Unicode) was a 500 whose traceback logged the
+    whole turn at ERROR: now a 422 wherever it is, on every route that reads text."""
+    marker = "surrogate-marker-5d2a"
+    bad = f"SECRET {marker} \ud800"
+    turn = {**ACME_TURNS[0], "turn_id": "surrogate"}
+    bodies = {
+        "/v1/turns": [
+            {**turn, "messages": [{"speaker": "Ann", "content": bad}]},
+            {"turns": [{**turn, "metadata": {"note": bad}}]},
+            {**turn, "metadata": {bad: 1}},
+            {**turn, "timezone": bad},
+        ],
+        "/v1/recall": [{"user_id": USER, "query": bad}, {"user_id": bad, "query": marker}],
+        "/v1/answer": [{"user_id": USER, "query": bad}],
+        "/v1/tools/semantic_retrieve": [{"user_id": USER, "arguments": {"query": bad}}],
+    }
+    with gateway.client() as c:
+        for path, cases in bodies.items():
+            for body in cases:
+                r = c.post(path, content=_json(body), headers={"content-type": "application/json"})
+                assert r.status_code == 422, (path, r.status_code, r.text[:300])
+                assert "string_unicode" in r.text and len(r.content) < 2_000, r.text[:300]
+    _assert_not_logged(gateway, marker)
+
+
+def test_a_422_echoes_no_more_than_a_short_input(gateway: Gateway) -> None:
+    """FastAPI's 422 echoed each error's whole input: 1 MB in, 3.1 MB out."""
+    marker = "echo-marker-8e41"
+    with gateway.client() as c:
+        r = c.post("/v1/recall", json={"user_id": USER, "query": marker + "x" * 1_000_000})
+        assert r.status_code == 422 and len(r.content) < 1_000, len(r.content)
+        assert r.json()["detail"][0]["type"] == "string_too_long"
+        assert r.json()["detail"][0]["input"] == (marker + "x" * 100)[:100]
+        r = c.post("/v1/turns", json={"turns": [{"turn_id": marker + str(i)} for i in range(500)]})
+        assert r.status_code == 422 and len(r.content) < 10_000, len(r.content)
+    _assert_not_logged(gateway, marker)
 
 
 def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(

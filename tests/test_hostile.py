@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,6 +35,7 @@ from memstream.adapters.llm import InvalidOutput, LLMClient
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway import auth
+from memstream.apps.gateway.app import create_app
 from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.prompts import (
@@ -434,6 +436,13 @@ HOSTILE: list[tuple[str, bytes | None, str]] = [
         "malformed_json",
     ),
     ("unknown_field_delete_all", raw(delete_all=True), "unknown_field"),
+    # JSON can spell a lone surrogate; pydantic's parser refuses it (the gateway answers 422).
+    (
+        "lone_surrogate_in_content",
+        json.dumps(good(messages=[{"speaker": "a", "content": "SECRET \ud800"}])).encode(),
+        "malformed_json",
+    ),
+    ("lone_surrogate_in_metadata_key", json.dumps(good(metadata={"k\udc00": 1})).encode(), "malformed_json"),
 ]
 
 
@@ -469,6 +478,50 @@ def test_validate_never_raises_on_hostile_field_values(over: dict[str, Any]) -> 
 def test_validate_never_raises_on_any_timezone_name(timezone_name: str) -> None:
     result = validate(json.dumps(good(timezone=timezone_name)).encode(), LIMITS, NOW)
     assert isinstance(result, Turn | Rejection)
+
+
+SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
+# Request models with where a string goes in each: every text the gateway parses with Python's json.
+REQUEST_TEXT: dict[str, Any] = {
+    "recall query": lambda t: schemas.api.RecallRequest.model_validate({"user_id": "u", "query": t}),
+    "recall user_id": lambda t: schemas.api.RecallRequest.model_validate({"user_id": t, "query": "q"}),
+    "tool argument": lambda t: schemas.api.ToolCall.model_validate(
+        {"user_id": "u", "arguments": {"filters": [{"subject": t}]}}
+    ),
+    "tool argument name": lambda t: schemas.api.ToolCall.model_validate(
+        {"user_id": "u", "arguments": {t: 1}}
+    ),
+    "content": lambda t: schemas.api.TurnIn.model_validate(good(messages=[{"speaker": "a", "content": t}])),
+    "timezone": lambda t: schemas.api.TurnIn.model_validate(good(timezone=t)),
+    "metadata value": lambda t: schemas.api.TurnIn.model_validate(good(metadata={"k": t})),
+    "metadata key": lambda t: schemas.api.TurnBatch.model_validate({"turns": [good(metadata={t: 1})]}),
+}
+
+
+@FUZZ
+@given(
+    where=st.sampled_from(sorted(REQUEST_TEXT)),
+    before=st.text(max_size=20),
+    surrogate=SURROGATES,
+    after=st.text(max_size=20),
+)
+def test_a_lone_surrogate_anywhere_in_a_request_is_a_validation_error(
+    where: str, before: str, surrogate: str, after: str
+) -> None:
+    """Python's json module (FastAPI's body parser) reads "\\ud800" as a lone surrogate, which
+    UTF-8 cannot write: every request model refuses it, with pydantic's own error type."""
+    with pytest.raises(ValidationError) as err:
+        REQUEST_TEXT[where](f"{before}{surrogate}{after}")
+    assert err.value.errors()[0]["type"] == "string_unicode", err.value.errors()
+
+
+@pytest.mark.parametrize("where", sorted(REQUEST_TEXT))
+def test_valid_unicode_in_a_request_passes_the_unicode_check(where: str) -> None:
+    text = "Zoë 😀 \u202e ok"  # astral and bidi characters are valid Unicode (other checks may refuse them)
+    try:
+        REQUEST_TEXT[where](text)
+    except ValidationError as exc:
+        assert all(e["type"] != "string_unicode" for e in exc.errors()), exc.errors()
 
 
 # --- 3. a reused turn_id is dead-lettered, never an overwrite --------------------------------------
@@ -846,3 +899,68 @@ def test_no_secret_or_message_text_reaches_the_logs(tmp_path: Path, caplog: pyte
         for needle in (SECRET, "4242", "PIN", API_KEY, "My key is"):
             assert needle not in text, (record.name, text)
     print(f"{len(logged)} INFO+ records checked", file=sys.stderr)
+
+
+def test_hostile_requests_leave_no_text_in_the_gateways_log_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway's app in process, its services not started (nothing past validation and the
+    gate needs them; a route that does fails, as a handler's bug would): every record at DEBUG and
+    up, of every logger (uvicorn's, starlette's, FastAPI's, ours), is scanned for the text sent,
+    tracebacks included."""
+    caplog.set_level(logging.DEBUG)
+    marker = "hostile-http-marker-0e5b"
+    app = create_app(Settings(api_keys=json.dumps({API_KEY: "acme"})))
+    app.state.svc = None  # not started: the lifespan would connect to a broker
+    auth_header = {"Authorization": f"Bearer {API_KEY}"}
+    turn = good(messages=[{"speaker": "Ann", "content": f"SECRET {marker} \ud800"}])
+    requests: list[tuple[str, str, dict[str, str], bytes, int]] = [
+        ("POST", "/v1/turns", auth_header, json.dumps(turn).encode(), 422),
+        (
+            "POST",
+            "/v1/recall",
+            auth_header,
+            json.dumps({"user_id": "u", "query": f"{marker}\udc00"}).encode(),
+            422,
+        ),
+        ("POST", "/v1/recall", auth_header, f'{{"user_id": "u", "query": "{marker}'.encode(), 422),
+        (
+            "POST",
+            "/v1/recall",
+            auth_header,
+            json.dumps({"user_id": "u", "query": marker * 50_000}).encode(),
+            422,
+        ),
+        (
+            "POST",
+            "/v1/recall",
+            {"X-API-Key": marker},
+            json.dumps({"user_id": "u", "query": marker}).encode(),
+            401,
+        ),
+        ("GET", f"/v1/users/{marker}/timeline", auth_header, b"", 500),  # fails on the missing services
+    ]
+
+    async def scenario() -> list[int]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return [
+                (
+                    await client.request(
+                        method, path, headers={**headers, "content-type": "application/json"}, content=body
+                    )
+                ).status_code
+                for method, path, headers, body, _ in requests
+            ]
+
+    assert asyncio.run(scenario()) == [expected for *_, expected in requests]
+    lines = [
+        f"{r.name} {r.levelname} {r.getMessage()} {r.exc_info} {r.exc_text} {r.stack_info}"
+        for r in caplog.records
+        if r.name != "httpx"  # this test's client, logging the URLs it asked for
+    ]
+    assert any("unhandled AttributeError on GET /v1/users/{user_id}/timeline" in line for line in lines), (
+        lines
+    )
+    assert not [line for line in lines if marker in line or API_KEY in line], lines
+    print(f"{len(lines)} records at DEBUG+ checked", file=sys.stderr)

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from memstream.adapters import metrics
 from memstream.adapters.broker import Broker, free_port
-from memstream.apps.gateway.app import Gate, admit
+from memstream.apps.gateway.app import Admission, Gate, admit
 from tests.conftest import make_pipeline, ready, wait_for
 
 KEY = "shed-key-0123456789abcdef"
@@ -37,7 +37,7 @@ def test_the_gate_refuses_past_the_bound_at_once_and_frees_slots_on_response_or_
     Retry-After while it is still held, within a bounded time; a probe passes; the slot comes back
     when a response starts and when the handler raises."""
     app = FastAPI()
-    app.add_middleware(Gate, limit=1)
+    app.add_middleware(Gate, admission=Admission(None, 1e6, 10**6, limit=1, per_key=1, body_timeout_s=10))
     entered, release = asyncio.Event(), asyncio.Event()
 
     @app.get("/slow")
@@ -55,7 +55,7 @@ def test_the_gate_refuses_past_the_bound_at_once_and_frees_slots_on_response_or_
         return {"ok": True}
 
     def shed() -> float:
-        return metrics.GATEWAY_SHED.labels("/slow")._value.get()
+        return metrics.GATEWAY_SHED.labels("/slow", "gateway")._value.get()
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -122,8 +122,12 @@ GATEWAY_UPDATES = Counter(
 RATE_LIMITED = Counter("memstream_gateway_rate_limited", "Requests refused with 429 (per-key rate limit)")
 GATEWAY_SHED = Counter(
     "memstream_gateway_shed",
-    "Requests refused with 503 because the gateway already had MEMSTREAM_GATEWAY_MAX_IN_FLIGHT in flight",
-    ["route"],
+    "Requests refused before any work because too many were in flight: reason=gateway (503, "
+    "MEMSTREAM_GATEWAY_MAX_IN_FLIGHT) or key (429, MEMSTREAM_GATEWAY_MAX_IN_FLIGHT_PER_KEY)",
+    ["route", "reason"],
+)
+GATEWAY_IN_FLIGHT = Gauge(
+    "memstream_gateway_in_flight", "Requests holding one of the gateway's in-flight slots"
 )
 USERS_DELETED = Counter("memstream_users_deleted", "Users forgotten through DELETE", ["tenant"])
 WORKER_RECALL_SECONDS = Histogram(

@@ -202,7 +202,9 @@ class Settings(BaseSettings):
         description='gateway API keys as JSON {"<key>": "<tenant>"}; unset = no auth, tenant "default" '
         "(development only)",
     )
-    rate_limit_per_s: float = Field(50.0, gt=0, description="requests per second per API key")
+    rate_limit_per_s: float = Field(
+        50.0, gt=0, description="requests per second per API key (per client address without keys)"
+    )
     rate_limit_burst: int = Field(100, ge=1, description="requests a key may send at once")
     max_request_bytes: int = Field(4_194_304, ge=1024, description="larger request bodies get 413")
     gateway_max_in_flight: int = Field(
@@ -210,6 +212,18 @@ class Settings(BaseSettings):
         ge=1,
         description="requests in flight per gateway process; more get 503 with Retry-After at once "
         "(not /healthz, /readyz, /metrics)",
+    )
+    gateway_max_in_flight_per_key: int = Field(
+        8,
+        ge=1,
+        description="requests in flight per API key (per client address without keys), so that one key "
+        "cannot take every slot; more get 429 with Retry-After at once",
+    )
+    gateway_body_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a client has to send a request's headers (else the connection is closed), "
+        "and as long again for its whole body (else 408 and the connection is closed)",
     )
     worker_recall_concurrency: int = Field(
         2,

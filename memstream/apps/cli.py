@@ -284,6 +284,7 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from memstream.apps.gateway.app import create_app
+    from memstream.apps.gateway.headers import HeadersBy
 
     port = args.port if args.port is not None else settings.gateway_port
     if not port:
@@ -295,6 +296,10 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
         port=port,
         log_level=settings.log_level.lower(),
         access_log=False,  # request lines carry user ids; /metrics counts requests instead
+        # Headers: at most 16 KiB (h11), within MEMSTREAM_GATEWAY_BODY_TIMEOUT_S (HeadersBy:
+        # uvicorn has no deadline for them); the body has as long again (the gateway's Gate).
+        http=HeadersBy.within(settings.gateway_body_timeout_s),
+        h11_max_incomplete_event_size=16 * 1024,
     )
     return 0
 

@@ -13,19 +13,21 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.adapters import metrics
@@ -35,7 +37,15 @@ from memstream.adapters.llm import LLMClient, LLMError
 from memstream.adapters.remote_recall import recall_at
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import Shards
-from memstream.apps.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
+from memstream.apps.gateway.auth import (
+    Bucket,
+    digest,
+    evict_full,
+    parse_keys,
+    presented_key,
+    take,
+    tenant_for,
+)
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
@@ -83,6 +93,9 @@ SEND_TIMEOUT_S = 5.0
 # Never shed: probes and scrapes must answer while the gateway is saturated.
 UNBOUNDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 SHED_RETRY_AFTER_S = 1
+# A 422 lists this many errors at most, each input cut to this many characters.
+MAX_ERRORS = 20
+ECHO_CHARS = 100
 
 
 def admit(path: str, in_flight: int, limit: int) -> bool:
@@ -90,63 +103,231 @@ def admit(path: str, in_flight: int, limit: int) -> bool:
     return path in UNBOUNDED_PATHS or in_flight < limit
 
 
-SHED_BODY = b'{"detail":"overloaded: too many requests in flight"}'
-SHED_HEADERS = [
-    (b"content-type", b"application/json"),
-    (b"content-length", str(len(SHED_BODY)).encode()),
-    (b"retry-after", str(SHED_RETRY_AFTER_S).encode()),
-]
+# A response the gate sends itself: status, body, headers.
+Refusal = tuple[int, bytes, list[tuple[bytes, bytes]]]
+
+
+def _refusal(status: int, detail: str, *extra: tuple[bytes, bytes]) -> Refusal:
+    body = orjson.dumps({"detail": detail})
+    return (
+        status,
+        body,
+        [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra],
+    )
+
+
+RETRY = (b"retry-after", str(SHED_RETRY_AFTER_S).encode())
+SHED = _refusal(503, "overloaded: too many requests in flight", RETRY)
+KEY_BUSY = _refusal(429, "too many requests in flight for this API key", RETRY)
+UNAUTHORIZED = _refusal(401, "missing or unknown API key", (b"www-authenticate", b"Bearer"))
+INTERNAL = _refusal(500, "internal error")
+# Where admission leaves the caller's tenant for the ``tenant`` dependency (the request's state).
+TENANT_STATE = "memstream.tenant"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the gateway admits: the key table (None: no auth, one tenant), the rate limit per key,
+    the slots in flight in all and per key, and the time a body may take."""
+
+    keys: dict[bytes, str] | None
+    rate_per_s: float
+    burst: int
+    limit: int
+    per_key: int
+    body_timeout_s: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> Admission:
+        keys = parse_keys(settings.api_keys.get_secret_value()) if settings.api_keys else None
+        return cls(
+            keys,
+            settings.rate_limit_per_s,
+            settings.rate_limit_burst,
+            settings.gateway_max_in_flight,
+            settings.gateway_max_in_flight_per_key,
+            settings.gateway_body_timeout_s,
+        )
+
+
+def needs_tenant(route: BaseRoute) -> bool:
+    """Whether ``route`` depends, at any depth, on the caller's tenant (so needs a valid key)."""
+    dependant = getattr(route, "dependant", None)
+    stack = [dependant] if dependant is not None else []
+    while stack:
+        d = stack.pop()
+        if d.call is tenant:
+            return True
+        stack.extend(d.dependencies)
+    return False
 
 
 class Gate:
-    """Load shedding and request metrics as one pure ASGI middleware (no per-request task group,
-    stream or Request object, so a refusal costs a few dict lookups and two sends: the refusals
-    must stay cheap or a saturated event loop answers them late). Past ``limit`` requests in
-    progress, 503 with Retry-After at once, before auth, the rate limit or any work (in the event
-    loop: no lock); probes and scrapes never. The slot is held until the response starts (an SSE
-    stream holds none)."""
+    """Admission, load shedding and request metrics as one pure ASGI middleware (no per-request
+    task group, stream or Request object, so a refusal costs a few dict lookups and two sends: the
+    refusals must stay cheap or a saturated event loop answers them late). In the event loop (no
+    lock), before any slot or body is taken: a route that needs a tenant gets 401 without a known
+    key and 429 past its key's rate limit or its ``per_key`` requests in flight; past ``limit``
+    requests in flight, 503 with Retry-After; probes and scrapes never wait. A slot is held until
+    the response starts (an SSE stream holds none), and the body must arrive within
+    ``body_timeout_s`` (408), so slow senders cannot hold slots for long, nor more than ``per_key``.
+    An unhandled error is answered 500 and logged as its type and route only: the traceback of an
+    error raised while handling a request can carry the request's text."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, admission: Admission) -> None:
         self.app = app
-        self.limit = limit
+        self.admission = admission
         self.in_flight = 0
+        self.by_key: dict[bytes, int] = {}
+        self.buckets: dict[bytes, Bucket] = {}
+        self.swept_at = time.monotonic()
+        # Whether a route needs a tenant, by id(route): routes are not hashable, and live as long as the app.
+        self.protected: dict[int, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        if not admit(scope["path"], self.in_flight, self.limit):
-            router = scope["app"].router
-            route = next((r for r in router.routes if r.matches(scope)[0] == Match.FULL), None)
-            name = getattr(route, "path", "unmatched")
-            metrics.GATEWAY_SHED.labels(name).inc()
-            await send({"type": "http.response.start", "status": 503, "headers": SHED_HEADERS})
-            await send({"type": "http.response.body", "body": SHED_BODY})
-            metrics.GATEWAY_REQUESTS.labels(name, "503").inc()
-            metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)
+        route = _route_of(scope)
+        name = getattr(route, "path", "unmatched")
+        if scope["path"] in UNBOUNDED_PATHS:
+            await self._run(scope, receive, send, name, t0, None)
+            return
+        owner, refusal = self._admit(scope, route, name)
+        if refusal is not None:
+            status, body, headers = refusal
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            _count(name, status, t0)
             return
         self.in_flight += 1
-        holding = True
+        metrics.GATEWAY_IN_FLIGHT.set(self.in_flight)
+        if owner is not None:
+            self.by_key[owner] = self.by_key.get(owner, 0) + 1
+        deadline = asyncio.get_running_loop().time() + self.admission.body_timeout_s
+        await self._run(
+            scope, _body_by(receive, deadline, self.admission.body_timeout_s), send, name, t0, owner
+        )
 
-        def done(status: int) -> None:
+    def _admit(self, scope: Scope, route: BaseRoute | None, name: str) -> tuple[bytes | None, Refusal | None]:
+        """The key whose slot the request takes (None where its route needs no tenant), or the
+        refusal; the caller's tenant goes to the request's state."""
+        owner = None
+        if route is not None and self._protected(route):
+            found, owner = self._identify(scope)
+            if found is None:
+                return None, UNAUTHORIZED
+            wait = self._take(owner)
+            if wait > 0:
+                metrics.RATE_LIMITED.inc()
+                return None, _refusal(
+                    429, "rate limit exceeded", (b"retry-after", str(max(1, round(wait))).encode())
+                )
+            if self.by_key.get(owner, 0) >= self.admission.per_key:
+                metrics.GATEWAY_SHED.labels(name, "key").inc()
+                return None, KEY_BUSY
+            scope.setdefault("state", {})[TENANT_STATE] = found
+        if not admit(scope["path"], self.in_flight, self.admission.limit):
+            metrics.GATEWAY_SHED.labels(name, "gateway").inc()
+            return None, SHED
+        return owner, None
+
+    def _protected(self, route: BaseRoute) -> bool:
+        known = self.protected.get(id(route))
+        if known is None:
+            known = self.protected[id(route)] = needs_tenant(route)
+        return known
+
+    def _identify(self, scope: Scope) -> tuple[str | None, bytes]:
+        """The caller's tenant (None: no known key) and what its rate limit and slots are counted
+        by: its key, or without keys its address (a key then means nothing, and a client could
+        name a new one per request)."""
+        if self.admission.keys is None:
+            client = scope.get("client")
+            return DEFAULT_TENANT, (client[0] if client else "").encode()
+        presented = presented_key(scope["headers"])
+        return (tenant_for(self.admission.keys, presented) if presented else None), digest(presented or "")
+
+    def _take(self, owner: bytes) -> float:
+        """A token of ``owner``'s bucket: 0.0, or the seconds until one is back. Buckets that have
+        refilled are dropped every refill period, so the table stays as small as the callers of
+        the last few seconds."""
+        a, now = self.admission, time.monotonic()
+        if now - self.swept_at >= a.burst / a.rate_per_s:
+            self.buckets, self.swept_at = evict_full(self.buckets, now, a.rate_per_s, a.burst), now
+        self.buckets[owner], wait = take(self.buckets.get(owner), now, a.rate_per_s, a.burst)
+        return wait
+
+    async def _run(
+        self, scope: Scope, receive: Receive, send: Send, name: str, t0: float, owner: bytes | None
+    ) -> None:
+        holding = scope["path"] not in UNBOUNDED_PATHS
+        responded = False
+
+        def release() -> None:
             nonlocal holding
             holding = False
             self.in_flight -= 1
-            name = getattr(scope.get("route"), "path", "unmatched")
-            metrics.GATEWAY_REQUESTS.labels(name, str(status)).inc()
-            metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)
+            metrics.GATEWAY_IN_FLIGHT.set(self.in_flight)
+            if owner is not None:
+                left = self.by_key.pop(owner) - 1
+                if left:
+                    self.by_key[owner] = left
 
         async def started(message: Message) -> None:
-            if holding and message["type"] == "http.response.start":
-                done(message["status"])  # latency to the response's start, as for a stream
+            nonlocal responded
+            if message["type"] == "http.response.start" and not responded:
+                responded = True
+                if holding:
+                    release()
+                _count(getattr(scope.get("route"), "path", name), message["status"], t0)
             await send(message)
 
         try:
             await self.app(scope, receive, started)
+        except Exception as exc:  # the last line of defence: answer, and log no request data
+            log.error("unhandled %s on %s %s", type(exc).__name__, scope["method"], name)
+            if not responded:
+                status, body, headers = INTERNAL
+                await started({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
         finally:
-            if holding:  # no response started: an exception, answered 500 further out
-                done(500)
+            if holding:
+                release()
+
+
+def _route_of(scope: Scope) -> BaseRoute | None:
+    router = scope["app"].router
+    return next((r for r in router.routes if r.matches(scope)[0] == Match.FULL), None)
+
+
+def _count(name: str, status: int, t0: float) -> None:
+    metrics.GATEWAY_REQUESTS.labels(name, str(status)).inc()
+    metrics.GATEWAY_SECONDS.labels(name).observe(time.perf_counter() - t0)  # to the response's start
+
+
+def _body_by(receive: Receive, deadline: float, timeout_s: float) -> Receive:
+    """``receive`` with the whole body due by ``deadline`` (loop time): 408 after it. Once the body
+    is in, later calls (a stream waiting for the client to leave) wait as long as they need."""
+    body_done = False
+
+    async def timed() -> Message:
+        nonlocal body_done
+        if body_done:
+            return await receive()
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await receive()
+        except TimeoutError:
+            # FastAPI re-raises an HTTPException from reading the body, and answers it.
+            raise HTTPException(
+                408, f"request body not received within {timeout_s:g} s", headers={"Connection": "close"}
+            ) from None
+        body_done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return timed
 
 
 @dataclass
@@ -157,8 +338,6 @@ class Services:
     producer: AIOKafkaProducer
     hub: UpdateHub
     llm: LLMClient | None
-    keys: dict[bytes, str] | None
-    buckets: dict[bytes, Bucket] = field(default_factory=dict)
 
     def store(self, user_key: str) -> VectorStore:
         return self.shards.get(partition_for(user_key.encode(), self.settings.topic_partitions))
@@ -166,8 +345,7 @@ class Services:
 
 @asynccontextmanager
 async def services(settings: Settings) -> AsyncIterator[Services]:
-    keys = parse_keys(settings.api_keys.get_secret_value()) if settings.api_keys else None
-    if keys is None:
+    if settings.api_keys is None:
         log.warning("MEMSTREAM_API_KEYS unset: no authentication, every request is tenant %r", DEFAULT_TENANT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per store call otherwise
     embedder = await asyncio.to_thread(make_embedder, settings)
@@ -180,7 +358,7 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
     await hub.start()
     llm = LLMClient(settings) if settings.llm_base_url else None
     try:
-        yield Services(settings, embedder, shards, producer, hub, llm, keys)
+        yield Services(settings, embedder, shards, producer, hub, llm)
     finally:
         await hub.stop()
         await producer.stop()
@@ -195,25 +373,11 @@ def svc_of(request: Request) -> Services:
 
 
 async def tenant(request: Request) -> str:
-    """The caller's tenant from its API key, after its rate limit (in the event loop, so the
-    buckets need no lock)."""
-    svc = svc_of(request)
-    header = request.headers.get("authorization", "")
-    presented = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key")
-    found = DEFAULT_TENANT if svc.keys is None else tenant_for(svc.keys, presented) if presented else None
+    """The caller's tenant, as the ``Gate`` found it from the API key before admitting the request
+    (and its rate limit); none there is a 401 (a route the gate did not see as needing one)."""
+    found: str | None = request.scope.get("state", {}).get(TENANT_STATE)
     if found is None:
         raise HTTPException(401, "missing or unknown API key", headers={"WWW-Authenticate": "Bearer"})
-    bucket_key = digest(presented or "")
-    bucket, wait = take(
-        svc.buckets.get(bucket_key),
-        time.monotonic(),
-        svc.settings.rate_limit_per_s,
-        svc.settings.rate_limit_burst,
-    )
-    svc.buckets[bucket_key] = bucket
-    if wait > 0:
-        metrics.RATE_LIMITED.inc()
-        raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": str(max(1, round(wait)))})
     return found
 
 
@@ -242,8 +406,15 @@ def create_app(settings: Settings) -> FastAPI:
             400: {"model": Problem, "description": "the body is not JSON"},
             401: {"model": Problem, "description": "missing or unknown API key"},
             403: {"model": Problem, "description": "a turn names another tenant than the key's"},
+            408: {
+                "model": Problem,
+                "description": "the body did not arrive within MEMSTREAM_GATEWAY_BODY_TIMEOUT_S",
+            },
             413: {"model": Problem, "description": "request body too large"},
-            429: {"model": Problem, "description": "rate limit; retry after Retry-After seconds"},
+            429: {
+                "model": Problem,
+                "description": "rate limit, or the key's requests in flight; retry after Retry-After seconds",
+            },
             503: {
                 "model": Problem,
                 "description": "overloaded, broker or store unavailable; retry after Retry-After",
@@ -251,7 +422,14 @@ def create_app(settings: Settings) -> FastAPI:
         },
     )
 
-    app.add_middleware(Gate, limit=settings.gateway_max_in_flight)
+    app.add_middleware(Gate, admission=Admission.of(settings))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422 echoes each error's whole input (1 MB in, 3 MB out) and fails to write one
+        holding a lone surrogate: the errors' location, message and type, and a short input."""
+        errors = [_brief(e) for e in exc.errors()[:MAX_ERRORS]]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
@@ -478,6 +656,26 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _printable(value: object) -> object:
+    """A string capped at ECHO_CHARS and writable as UTF-8 (a lone surrogate escaped); other
+    values as they are."""
+    if not isinstance(value, str):
+        return value
+    return value[:ECHO_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _brief(error: Any) -> dict[str, Any]:
+    """One validation error as the 422 shows it: its input only when a scalar, capped."""
+    out = {
+        "loc": [_printable(p) for p in error["loc"]],
+        "msg": _printable(error["msg"]),
+        "type": error["type"],
+    }
+    if isinstance(error.get("input"), str | int | float | bool):
+        out["input"] = _printable(error["input"])
+    return out
 
 
 def _owned_turn(turn: TurnIn, index: int, tenant: str, limits: Limits) -> Turn:

@@ -1,4 +1,5 @@
-"""API keys to tenants, and a token bucket per key: pure functions over plain data.
+"""API keys to tenants, and a token bucket per key (or per client address without keys): pure
+functions over plain data.
 
 Keys are compared as SHA-256 digests with :func:`hmac.compare_digest` against every configured
 key, so neither a key's length nor its position in the table shows in the response time.
@@ -10,9 +11,11 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 
+K = TypeVar("K")
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -61,3 +64,24 @@ def take(bucket: Bucket | None, now: float, rate: float, burst: int) -> tuple[Bu
     if tokens >= 1.0:
         return Bucket(tokens - 1.0, now), 0.0
     return Bucket(tokens, now), (1.0 - tokens) / rate
+
+
+def full(bucket: Bucket, now: float, rate: float, burst: int) -> bool:
+    """Whether ``bucket`` has refilled: forgetting it then changes nothing (a new one starts full)."""
+    return bucket.tokens + (now - bucket.at) * rate >= burst
+
+
+def evict_full(buckets: dict[K, Bucket], now: float, rate: float, burst: int) -> dict[K, Bucket]:
+    """The buckets still below their burst: the table holds only callers seen within the last
+    ``burst / rate`` seconds, however many distinct ones there were before."""
+    return {k: b for k, b in buckets.items() if not full(b, now, rate, burst)}
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The API key of ASGI request headers: ``Authorization: Bearer <key>``, else ``X-API-Key``."""
+    found = dict(headers)
+    bearer = found.get(b"authorization", b"")
+    if bearer[:7].lower() == b"bearer ":
+        return bearer[7:].strip().decode("latin-1")
+    key = found.get(b"x-api-key")
+    return None if key is None else key.decode("latin-1")
