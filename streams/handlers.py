@@ -184,9 +184,7 @@ class Consolidating:
         except (BudgetExhausted, LLMUnavailable, Interrupted) as exc:
             return deferral(job, exc, self.defer_retry_s, trigger)
         except InvalidOutput as exc:
-            dead = rejected(
-                job.received, DeadLetterStage.CONSOLIDATE, "invalid_llm_output", exc, job.now, job.value
-            )
+            dead = rejected(job.received, DeadLetterStage.CONSOLIDATE, exc.reason, exc, job.now, job.value)
             return DeadLettered([dead], trigger=trigger)
 
     def finished(self, job: Job, updates: Sequence[MemoryUpdate], trigger: str) -> Done | Dropped:

@@ -8,6 +8,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -28,13 +29,22 @@ from memstream.adapters.llm import (
     LLMError,
     LLMUnavailable,
     TokenBudget,
+    TruncatedOutput,
+    response_format,
     retry_after_s,
     stage_config,
 )
 from memstream.adapters.settings import Settings
+from memstream.adapters.store.edge import EdgeStore
+from memstream.core.store import VectorStore
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, Failure, OpenAIServer
+from schemas.events import DeadLetterStage
 from schemas.memory import MemoryKind
+from schemas.topics import CONSOLIDATION, MEMORY_UPDATES
+from streams.decisions import DeadLettered
+from streams.handlers import Consolidating, Received
+from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 MESSAGES = [
     {"role": "system", "content": "Extract the facts as JSON."},
@@ -116,7 +126,8 @@ async def test_structured_parses_and_counts_the_servers_usage(server: OpenAIServ
     assert result.completion_tokens == server.usage_totals["completion_tokens"] == 5
     [body] = chat_requests(server)
     assert body["messages"] == MESSAGES
-    assert body["response_format"] == {"type": "json_object"}
+    schema = {"name": "Facts", "schema": Facts.model_json_schema()}
+    assert body["response_format"] == {"type": "json_schema", "json_schema": schema}
     assert (body["model"], body["max_tokens"], body["temperature"]) == ("test-chat", 800, 0.0)
     assert client.budget.totals() == {tenant: 17}
     assert client.usage_totals() == {
@@ -277,6 +288,148 @@ async def test_still_invalid_raises_and_both_calls_are_billed(server: OpenAIServ
     billed = server.usage_totals["prompt_tokens"] + server.usage_totals["completion_tokens"]
     assert client.budget.totals() == {tenant: billed}
     assert calls("fact", "test-chat", tenant, "invalid") == 2
+
+
+# --- what real servers do: formats they reject, fenced JSON, answers cut at the limit, slowness ---
+
+LONG = json.dumps({"facts": [f"fact number {i}" for i in range(12)]})  # 37 words: over 16 tokens
+
+
+async def test_auto_steps_down_from_a_rejected_json_schema_and_keeps_the_step(
+    server: OpenAIServer, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.rejected_formats = {"json_schema"}  # as llama.cpp's server: 500 naming the format
+    server.reply(GOOD, GOOD)
+    client = LLMClient(make_settings(server), sleep=Sleeps())
+    with caplog.at_level("WARNING"):
+        await client.structured("fact", tenant, MESSAGES, Facts)
+        await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+
+    sent = [body["response_format"]["type"] for body in chat_requests(server)]
+    assert sent == ["json_schema", "json_object", "json_object"]  # the second call asks json_object at once
+    assert chat_requests(server)[1]["response_format"]["schema"] == Facts.model_json_schema()
+    assert calls("fact", "test-chat", tenant, "format_rejected") == 1
+    assert calls("fact", "test-chat", tenant, "retry") == 0
+    [record] = [r for r in caplog.records if r.name == "memstream.adapters.llm.client"]
+    assert record.levelname == "WARNING"
+    assert "json_schema" in record.getMessage() and "HTTP 500" in record.getMessage()
+    assert "10k" not in caplog.text  # no prompt text
+
+
+async def test_auto_ends_at_no_format_and_reads_fenced_json(server: OpenAIServer, tenant: str) -> None:
+    server.rejected_formats = {"json_schema", "json_object"}
+    server.fence_json = True
+    server.reply(GOOD)
+    client = LLMClient(make_settings(server), sleep=Sleeps())
+    result = await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+
+    assert result.value.facts == ["ran 10k", "with Anna"]
+    assert result.calls == 1  # the fence needed no repair
+    formats = [body.get("response_format", {}).get("type") for body in chat_requests(server)]
+    assert formats == ["json_schema", "json_object", None]
+
+
+@pytest.mark.parametrize("name", ["json_schema", "json_object", "none"])
+async def test_a_set_format_is_sent_and_never_stepped_down(
+    server: OpenAIServer, tenant: str, name: str
+) -> None:
+    server.rejected_formats = {name}
+    server.reply(GOOD)
+    client = LLMClient(make_settings(server, llm_response_format=name, llm_max_retries=1), sleep=Sleeps())
+    if name == "none":  # nothing is sent, so nothing is rejected
+        await client.structured("fact", tenant, MESSAGES, Facts)
+    else:
+        with pytest.raises(LLMUnavailable):
+            await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+    expected = [response_format(name, Facts)] * (1 if name == "none" else 2)
+    assert [body.get("response_format") for body in chat_requests(server)] == expected
+    assert calls("fact", "test-chat", tenant, "format_rejected") == 0
+
+
+async def test_a_5xx_that_names_no_format_is_retried_not_stepped_down(
+    server: OpenAIServer, tenant: str
+) -> None:
+    server.fail(Failure(500))
+    server.reply(GOOD)
+    client = LLMClient(make_settings(server), sleep=Sleeps())
+    await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+    assert [body["response_format"]["type"] for body in chat_requests(server)] == ["json_schema"] * 2
+    assert client.response_format_name(client.config("fact")) == "json_schema"
+
+
+async def test_an_answer_cut_at_the_limit_is_its_own_failure_without_a_repair(
+    server: OpenAIServer, tenant: str
+) -> None:
+    server.cut_at_max_tokens = True
+    server.reply(LONG)
+    client = LLMClient(make_settings(server, llm_max_tokens=16))
+    with pytest.raises(TruncatedOutput) as info:
+        await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+
+    assert isinstance(info.value, InvalidOutput)  # dead-lettered like invalid output, with its own reason
+    assert (info.value.reason, info.value.max_tokens) == ("truncated_llm_output", 16)
+    assert "cut at its limit of 16 tokens" in str(info.value)
+    assert len(chat_requests(server)) == 1  # a repair would be cut the same way
+    assert calls("fact", "test-chat", tenant, "truncated") == 1
+    assert calls("fact", "test-chat", tenant, "invalid") == 0
+    assert client.budget.totals() == {tenant: server.chat_tokens[0]}  # the cut answer is still billed
+
+
+async def test_an_answer_cut_at_the_limit_is_tried_once_more_with_the_larger_limit(
+    server: OpenAIServer, tenant: str
+) -> None:
+    server.cut_at_max_tokens = True
+    server.reply(LONG, LONG)
+    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=100))
+    result = await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+
+    assert len(result.value.facts) == 12
+    assert [body["max_tokens"] for body in chat_requests(server)] == [16, 100]
+    assert result.calls == 2
+    assert result.completion_tokens == server.usage_totals["completion_tokens"] == 16 + 37
+    assert calls("fact", "test-chat", tenant, "truncated") == 1
+    assert calls("fact", "test-chat", tenant, "lengthened") == 1
+
+
+async def test_an_answer_cut_again_at_the_larger_limit_is_truncated_output(
+    server: OpenAIServer, tenant: str
+) -> None:
+    server.cut_at_max_tokens = True
+    server.reply(LONG, LONG)
+    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=20))
+    with pytest.raises(TruncatedOutput) as info:
+        await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+    assert info.value.max_tokens == 20
+    assert len(chat_requests(server)) == 2
+    assert calls("fact", "test-chat", tenant, "truncated") == 2
+
+
+async def test_an_answer_at_the_limit_that_is_valid_is_kept(server: OpenAIServer, tenant: str) -> None:
+    server.cut_at_max_tokens = True
+    server.reply(LONG)
+    client = LLMClient(make_settings(server, llm_max_tokens=37))  # exactly its length: not cut
+    result = await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+    assert len(result.value.facts) == 12 and result.calls == 1
+
+
+async def test_a_slow_answer_within_the_timeout_is_fine(server: OpenAIServer, tenant: str) -> None:
+    # The timeout is per call: a local model's minutes-long answer only needs a timeout above it.
+    server.chat_delay_s = 1.0
+    server.reply(GOOD)
+    client = LLMClient(make_settings(server, llm_timeout_s=3.0), sleep=Sleeps())
+    result = await client.structured("fact", tenant, MESSAGES, Facts)
+    await client.aclose()
+    assert result.value.facts == ["ran 10k", "with Anna"]
+    assert len(chat_requests(server)) == 1
+    assert calls("fact", "test-chat", tenant, "retry") == 0
 
 
 # --- budget, concurrency, metrics -----------------------------------------------------------------
@@ -500,3 +653,36 @@ async def test_llm_episodes_split_the_units_by_what_each_cites(server: OpenAISer
     drafts = await writer.episodes(Scope(tenant, "ann", ZoneInfo("UTC")), UNITS, None)
     assert [(d.source_ids, d.covers_ids) for d in drafts] == [((a,), (a,)), ((b, c), (b, c))]
     await writer.client.aclose()
+
+
+# --- the consolidation step's dead letters -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (InvalidOutput("facts", "not json", ValueError("no object")), "invalid_llm_output"),
+        (TruncatedOutput("facts", '{"facts": ["a', ValueError("cut"), 16), "truncated_llm_output"),
+    ],
+)
+def test_invalid_and_truncated_output_are_dead_lettered_with_their_own_reason(
+    tmp_path: Path, exc: InvalidOutput, reason: str
+) -> None:
+    store = EdgeStore(tmp_path / "store")
+    barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
+    step = Consolidating(lambda _: store, barrier, lambda _: None, lambda: False, lambda: 100.0, 0.0)
+    request = Received(b"t/u", b'{"request": 1}', CONSOLIDATION.name, 0, 7, timestamp=99.0)
+
+    async def work(_: VectorStore) -> None:
+        raise exc
+
+    out = asyncio.run(step.attempt(step.job(request, CONSOLIDATION.name), "recurrence", work))
+    store.close()
+    assert isinstance(out, DeadLettered)
+    [dead] = out.letters
+    assert (dead.stage, dead.reason, dead.original, dead.offset) == (
+        DeadLetterStage.CONSOLIDATE,
+        reason,
+        b'{"request": 1}',
+        7,
+    )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from memstream.testing.openai_server import OpenAIServer
 
@@ -46,3 +48,42 @@ def test_mean_in_flight_is_weighted_by_time_and_counts_idle_gaps() -> None:
         assert server.in_flight == 0
         request_seconds = server.mean_in_flight * span
         assert 3.0 <= request_seconds <= sum(took), (request_seconds, took)
+
+
+def post_chat(server: OpenAIServer, **extra: object) -> tuple[int, dict[str, Any]]:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_it_imitates_a_local_server_rejecting_formats_fencing_json_and_cutting_at_max_tokens() -> None:
+    with OpenAIServer() as server:
+        server.rejected_formats = {"json_schema"}
+        server.fence_json = True
+        server.cut_at_max_tokens = True
+        server.reply('{"a": 1}', "one two three four five")
+
+        status, body = post_chat(server, response_format={"type": "json_schema", "json_schema": {}})
+        assert status == 500
+        assert "response_format" in json.dumps(body) and "json_schema" in json.dumps(body)
+
+        status, body = post_chat(server, response_format={"type": "json_object"}, max_tokens=100)
+        assert status == 200
+        [choice] = body["choices"]
+        assert choice["message"]["content"] == '```json\n{"a": 1}\n```'
+        assert choice["finish_reason"] == "stop"
+
+        server.fence_json = False
+        status, body = post_chat(server, max_tokens=3)
+        [choice] = body["choices"]
+        assert (choice["message"]["content"], choice["finish_reason"]) == ("one two three", "length")
+        assert body["usage"]["completion_tokens"] == 3
+        assert server.usage_totals["calls"] == 2  # the rejected request was not answered

@@ -58,7 +58,9 @@ LLM_CALLS = Counter(
     "memstream_llm_calls",
     "LLM chat calls by outcome: ok / repaired / invalid once per completion received (parsed at once,"
     " parsed after the repair call, unparseable), retry per failed attempt that is retried, failed per"
-    " call given up, budget per call refused by the daily token budget",
+    " call given up, budget per call refused by the daily token budget, truncated per answer cut at the"
+    " token limit and unparseable, lengthened per one parsed on the retry with the larger limit,"
+    " format_rejected per response format the endpoint refused (the client steps down to the next)",
     ["stage", "model", "tenant", "outcome"],
 )
 LLM_TOKENS = Counter(

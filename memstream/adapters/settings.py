@@ -99,7 +99,24 @@ class Settings(BaseSettings):
     )
     llm_max_tokens: int = Field(800, ge=16, description="completion token limit per call")
     llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature")
-    llm_timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
+    llm_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="timeout of each HTTP call (each retry and the repair call get their own); a local "
+        "model can take minutes on a long prompt",
+    )
+    llm_response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        "auto",
+        description="how JSON is asked for: json_schema, json_object (with the schema, as llama.cpp "
+        "takes it) or none (the JSON is read out of fences and prose); auto tries them in that order, "
+        "keeping per endpoint the first the server does not reject",
+    )
+    llm_truncated_retry_max_tokens: int = Field(
+        0,
+        ge=0,
+        description="token limit of one more try when an answer is cut at the limit and invalid "
+        "(0 = none: it is dead-lettered as truncated_llm_output)",
+    )
     llm_max_retries: int = Field(4, ge=0, description="retries on 429/5xx/timeouts before deferring")
     llm_backoff_base_s: float = Field(0.5, gt=0, description="first retry delay (exponential, full jitter)")
     llm_backoff_max_s: float = Field(30.0, gt=0, description="largest retry delay")

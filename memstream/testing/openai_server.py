@@ -28,6 +28,11 @@ Routes live in ``OpenAIServer.routes`` (path -> handler of the JSON body):
   ``server.chat_tokens`` lists each answered chat call's prompt + completion tokens;
   ``server.failures_served`` counts the scripted failures by kind: ``"429"``, ``"500"``, ...,
   ``"timeout"`` (the client gave up during the delay) and ``"slow"`` (it waited and was answered).
+
+Behaviours of real local servers (llama.cpp's), off by default: ``server.rejected_formats`` (the
+``response_format`` types answered 500 naming the format, as llama.cpp does ``json_schema``),
+``server.fence_json`` (each answer wrapped in a ```json code fence) and ``server.cut_at_max_tokens``
+(an answer longer than the request's ``max_tokens`` words is cut there, ``finish_reason: "length"``).
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ class OpenAIServer:
         }
         self.chat_responder: Callable[[Json], str] = lambda body: "{}"
         self.chat_delay_s = 0.0
+        self.rejected_formats: set[str] = set()
+        self.fence_json = False
+        self.cut_at_max_tokens = False
         self.usage_totals = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.in_flight = 0
         self.max_in_flight = 0
@@ -229,10 +237,15 @@ class OpenAIServer:
             raise ApiError(400, "every message needs a 'role'")
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise ApiError(400, "'model' is required")
+        fmt = body.get("response_format")
+        fmt_type = fmt.get("type") if isinstance(fmt, dict) else None
+        if fmt_type in self.rejected_formats:
+            raise ApiError(500, f"unsupported response_format type: {fmt_type}")
         with self._lock:
             content = self._replies.popleft() if self._replies else None
         if content is None:
             content = self.chat_responder(body)
+        content, finish_reason = self._shape(content, body.get("max_tokens"))
         prompt = max(1, sum(len(str(m.get("content") or "").split()) for m in messages))
         completion = max(1, len(content.split()))
         with self._lock:
@@ -250,7 +263,7 @@ class OpenAIServer:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason,
                 }
             ],
             "usage": {
@@ -259,6 +272,15 @@ class OpenAIServer:
                 "total_tokens": prompt + completion,
             },
         }
+
+    def _shape(self, content: str, max_tokens: object) -> tuple[str, str]:
+        """The answer as the configured server would send it, and its ``finish_reason``."""
+        if self.fence_json:
+            content = f"```json\n{content}\n```"
+        words = content.split()  # a word is a token here, as in the usage counts
+        if self.cut_at_max_tokens and isinstance(max_tokens, int) and len(words) > max_tokens:
+            return " ".join(words[:max_tokens]), "length"
+        return content, "stop"
 
     def _embeddings(self, body: Json) -> Json:
         inputs = body.get("input")

@@ -8,6 +8,8 @@ from memstream.adapters.llm.client import (
     LLMClient,
     LLMUnavailable,
     StageConfig,
+    TruncatedOutput,
+    response_format,
     retry_after_s,
     stage_config,
 )
@@ -21,6 +23,8 @@ __all__ = [
     "LLMUnavailable",
     "StageConfig",
     "TokenBudget",
+    "TruncatedOutput",
+    "response_format",
     "retry_after_s",
     "stage_config",
 ]

@@ -2,6 +2,13 @@
 model (with one repair call), retries with backoff, bounded concurrency, a per-tenant daily token
 budget and Prometheus accounting.
 
+Real servers differ in how JSON can be asked for (llama.cpp answers 500 to a ``json_schema``
+response format but takes ``json_object`` with a schema): with ``llm_response_format=auto`` the
+client steps down json_schema -> json_object -> none on a rejection that names the response format,
+and keeps the step per endpoint. Answers are read with :func:`json_object_text`, so fences and prose
+around the object do not matter. An answer cut at the token limit is its own failure
+(:class:`TruncatedOutput`): a repair call would be cut the same way.
+
 Retries are ours, not the openai client's (it gets ``max_retries=0``): every attempt then shows in
 the metrics, the semaphore is released while backing off, and the sleep is injectable for tests.
 """
@@ -10,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import logging
 import os
 import random
 import time
@@ -25,12 +34,17 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
 from memstream.adapters import metrics
+from memstream.adapters.llm.answer import json_object_text
 from memstream.adapters.llm.budget import BudgetExhausted, LLMError, TokenBudget
 from memstream.adapters.settings import Settings
 
 T = TypeVar("T", bound=BaseModel)
 
 _OVERRIDE_KEYS = frozenset({"base_url", "api_key", "model", "max_tokens", "timeout_s", "temperature"})
+# The order ``auto`` steps down in, from the most to the least the server is asked to enforce.
+_FORMATS = ("json_schema", "json_object", "none")
+
+log = logging.getLogger(__name__)
 
 
 class LLMUnavailable(LLMError):
@@ -46,11 +60,29 @@ class LLMUnavailable(LLMError):
 class InvalidOutput(LLMError):
     """The model's output did not match the response model, even after one repair call."""
 
+    reason = "invalid_llm_output"  # the dead letter's reason
+
     def __init__(self, stage: str, raw_text: str, error: Exception) -> None:
         super().__init__(f"LLM stage {stage!r} returned invalid output after a repair attempt: {error}")
         self.stage = stage
         self.raw_text = raw_text
         self.error = error
+
+
+class TruncatedOutput(InvalidOutput):
+    """The answer stopped at the token limit (``finish_reason == "length"``) and is not valid: raise
+    the stage's ``max_tokens`` or ``llm_truncated_retry_max_tokens``."""
+
+    reason = "truncated_llm_output"
+
+    def __init__(self, stage: str, raw_text: str, error: Exception, max_tokens: int) -> None:
+        LLMError.__init__(
+            self, f"LLM stage {stage!r} answer was cut at its limit of {max_tokens} tokens: {error}"
+        )
+        self.stage = stage
+        self.raw_text = raw_text
+        self.error = error
+        self.max_tokens = max_tokens
 
 
 @dataclass(frozen=True)
@@ -102,6 +134,43 @@ class _Completion:
     prompt_tokens: int
     completion_tokens: int
     model: str
+    finish_reason: str | None  # "length": cut at max_tokens
+
+
+def _result(value: T, *completions: _Completion) -> ChatResult[T]:
+    return ChatResult(
+        value=value,
+        prompt_tokens=sum(c.prompt_tokens for c in completions),
+        completion_tokens=sum(c.completion_tokens for c in completions),
+        calls=len(completions),
+        model=completions[-1].model,
+    )
+
+
+def _parse(completion: _Completion, response_model: type[T]) -> T:
+    return response_model.model_validate_json(json_object_text(completion.content))
+
+
+def response_format(name: str, response_model: type[BaseModel]) -> dict[str, Any] | None:
+    """The ``response_format`` body of format ``name`` (one of ``_FORMATS``); None to send none."""
+    schema = response_model.model_json_schema()
+    if name == "json_schema":
+        # OpenAI's schema names allow [a-zA-Z0-9_-]{1,64}; not strict: strict mode constrains the schema.
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": response_model.__name__[:64], "schema": schema},
+        }
+    if name == "json_object":
+        return {"type": "json_object", "schema": schema}  # the schema: llama.cpp constrains to it
+    return None
+
+
+def _rejects_format(exc: openai.APIStatusError, name: str) -> bool:
+    """The server refused the request because of its response format (not overload, not the prompt)."""
+    if exc.status_code == 429 or name == "none":
+        return False
+    said = f"{exc.message} {exc.body}".lower()
+    return "response_format" in said or name in said
 
 
 def retry_after_s(headers: Mapping[str, str], now: datetime) -> float | None:
@@ -158,6 +227,7 @@ class LLMClient:
         self._semaphore: asyncio.Semaphore | None = None
         self._clients: dict[tuple[str, str | None], openai.AsyncOpenAI] = {}
         self._usage: dict[tuple[str, str, str], dict[str, int]] = {}
+        self._formats: dict[tuple[str, str], str] = {}  # (base_url, model) -> the format auto settled on
 
     def config(self, stage: str) -> StageConfig:
         if stage not in self._stages:
@@ -183,44 +253,69 @@ class LLMClient:
         """
         cfg = self.config(stage)
         self._check_budget(stage, cfg, tenant)
-        first = await self._complete(stage, cfg, tenant, messages)
+        first = await self._complete(stage, cfg, tenant, messages, response_model)
         try:
-            value = response_model.model_validate_json(first.content)
+            value = _parse(first, response_model)
         except ValidationError as exc:
+            if first.finish_reason == "length":
+                return await self._lengthened(stage, cfg, tenant, messages, response_model, first, exc)
             self._count(stage, cfg, tenant, "invalid")
             repair = [
                 *messages,
                 {"role": "assistant", "content": first.content},
                 {"role": "user", "content": _repair_prompt(exc, response_model)},
             ]
-            second = await self._complete(stage, cfg, tenant, repair)
+            second = await self._complete(stage, cfg, tenant, repair, response_model)
             try:
-                value = response_model.model_validate_json(second.content)
+                value = _parse(second, response_model)
             except ValidationError as exc2:
-                self._count(stage, cfg, tenant, "invalid")
-                raise InvalidOutput(stage, second.content, exc2) from exc2
+                raise self._rejected(stage, cfg, tenant, second, exc2) from exc2
             self._count(stage, cfg, tenant, "repaired")
-            return ChatResult(
-                value=value,
-                prompt_tokens=first.prompt_tokens + second.prompt_tokens,
-                completion_tokens=first.completion_tokens + second.completion_tokens,
-                calls=2,
-                model=second.model,
-            )
+            return _result(value, first, second)
         self._count(stage, cfg, tenant, "ok")
-        return ChatResult(value, first.prompt_tokens, first.completion_tokens, 1, first.model)
+        return _result(value, first)
+
+    async def _lengthened(
+        self,
+        stage: str,
+        cfg: StageConfig,
+        tenant: str,
+        messages: list[dict[str, str]],
+        response_model: type[T],
+        first: _Completion,
+        error: ValidationError,
+    ) -> ChatResult[T]:
+        """After an answer cut at the token limit: one more try with the larger limit if one is set
+        (a repair call would be cut the same way), else TruncatedOutput."""
+        limit = self.settings.llm_truncated_retry_max_tokens
+        if limit <= cfg.max_tokens:
+            raise self._rejected(stage, cfg, tenant, first, error) from error
+        self._count(stage, cfg, tenant, "truncated")
+        longer = dataclasses.replace(cfg, max_tokens=limit)
+        second = await self._complete(stage, longer, tenant, messages, response_model)
+        try:
+            value = _parse(second, response_model)
+        except ValidationError as exc:
+            raise self._rejected(stage, longer, tenant, second, exc) from exc
+        self._count(stage, cfg, tenant, "lengthened")
+        return _result(value, first, second)
 
     # -- one completion, with retries ---------------------------------------------------------
 
     async def _complete(
-        self, stage: str, cfg: StageConfig, tenant: str, messages: list[dict[str, str]]
+        self,
+        stage: str,
+        cfg: StageConfig,
+        tenant: str,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel],
     ) -> _Completion:
         retries = self.settings.llm_max_retries
         last_error: Exception | None = None
         for attempt in range(retries + 1):
             wait: float | None = None
             try:
-                response = await self._create(stage, cfg, tenant, messages)
+                response = await self._negotiated(stage, cfg, tenant, messages, response_model)
             except openai.APIStatusError as exc:
                 if exc.status_code != 429 and exc.status_code < 500:
                     self._count(stage, cfg, tenant, "failed")
@@ -248,8 +343,55 @@ class LLMClient:
         assert last_error is not None
         raise LLMUnavailable(stage, retries + 1, last_error)
 
+    def response_format_name(self, cfg: StageConfig) -> str:
+        """The format sent to this stage's endpoint now: the setting, or where ``auto`` has got to."""
+        configured = self.settings.llm_response_format
+        if configured != "auto":
+            return configured
+        return self._formats.get((cfg.base_url, cfg.model), _FORMATS[0])
+
+    async def _negotiated(
+        self,
+        stage: str,
+        cfg: StageConfig,
+        tenant: str,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel],
+    ) -> ChatCompletion:
+        """One request, stepping down the formats (``auto`` only) while the server rejects them."""
+        while True:
+            name = self.response_format_name(cfg)
+            try:
+                return await self._create(stage, cfg, tenant, messages, response_format(name, response_model))
+            except openai.APIStatusError as exc:
+                if self.settings.llm_response_format != "auto" or not _rejects_format(exc, name):
+                    raise
+                self._step_down(stage, cfg, tenant, name, exc.status_code)
+
+    def _step_down(self, stage: str, cfg: StageConfig, tenant: str, name: str, status: int) -> None:
+        self._count(stage, cfg, tenant, "format_rejected")
+        key = (cfg.base_url, cfg.model)
+        if self._formats.get(key, _FORMATS[0]) != name:
+            return  # a concurrent call stepped down already (and logged it)
+        following = _FORMATS[_FORMATS.index(name) + 1]
+        self._formats[key] = following
+        # The endpoint and the format only: the server's message may quote the prompt.
+        log.warning(
+            "LLM endpoint %s (model %s) rejected response_format %s with HTTP %d; sending %s from now on",
+            cfg.base_url,
+            cfg.model,
+            name,
+            status,
+            following,
+        )
+
     async def _create(
-        self, stage: str, cfg: StageConfig, tenant: str, messages: list[dict[str, str]]
+        self,
+        stage: str,
+        cfg: StageConfig,
+        tenant: str,
+        messages: list[dict[str, str]],
+        fmt: dict[str, Any] | None,
     ) -> ChatCompletion:
         client = self._client(cfg)
         async with self._slots():
@@ -266,7 +408,7 @@ class LLMClient:
                     messages=cast(Any, messages),
                     max_tokens=cfg.max_tokens,
                     temperature=cfg.temperature,
-                    response_format={"type": "json_object"},
+                    response_format=cast(Any, openai.NOT_GIVEN if fmt is None else fmt),
                     timeout=cfg.timeout_s,
                 )
             finally:
@@ -288,8 +430,20 @@ class LLMClient:
         totals["prompt_tokens"] += prompt
         totals["completion_tokens"] += completion
         # No choice or no content (a refusal) is invalid output like any other: the repair handles it.
-        content = response.choices[0].message.content if response.choices else None
-        return _Completion(content or "", prompt, completion, response.model or cfg.model)
+        choice = response.choices[0] if response.choices else None
+        content = choice.message.content if choice is not None else None
+        finish = choice.finish_reason if choice is not None else None
+        return _Completion(content or "", prompt, completion, response.model or cfg.model, finish)
+
+    def _rejected(
+        self, stage: str, cfg: StageConfig, tenant: str, completion: _Completion, error: ValidationError
+    ) -> InvalidOutput:
+        """Count an answer that is invalid for good; the error to raise: cut at the limit or not."""
+        if completion.finish_reason == "length":
+            self._count(stage, cfg, tenant, "truncated")
+            return TruncatedOutput(stage, completion.content, error, cfg.max_tokens)
+        self._count(stage, cfg, tenant, "invalid")
+        return InvalidOutput(stage, completion.content, error)
 
     def _check_budget(self, stage: str, cfg: StageConfig, tenant: str) -> None:
         try:
