@@ -36,6 +36,7 @@ from memstream.adapters.remote_recall import recall_at
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import Shards
 from memstream.apps.gateway.auth import Bucket, digest, parse_keys, take, tenant_for
+from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
 from memstream.core.embedder import Embedder
@@ -152,6 +153,7 @@ class Services:
     llm: LLMClient | None
     keys: dict[bytes, str] | None
     buckets: dict[bytes, Bucket] = field(default_factory=dict)
+    drain: Drain = field(default_factory=Drain)
 
     def store(self, user_key: str) -> VectorStore:
         return self.shards.get(partition_for(user_key.encode(), self.settings.topic_partitions))
@@ -220,6 +222,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with services(settings) as svc:
             app.state.svc = svc
+            asyncio.get_running_loop().add_signal_handler(DRAIN_SIGNAL, svc.drain.start)
             yield
 
     app = FastAPI(
@@ -237,7 +240,7 @@ def create_app(settings: Settings) -> FastAPI:
             429: {"model": Problem, "description": "rate limit; retry after Retry-After seconds"},
             503: {
                 "model": Problem,
-                "description": "overloaded, broker or store unavailable; retry after Retry-After",
+                "description": "overloaded, draining, broker or store unavailable; retry after Retry-After",
             },
         },
     )
@@ -277,7 +280,8 @@ def create_app(settings: Settings) -> FastAPI:
             # Bounded: with the broker gone, send() and the acks would wait out the producer's
             # request timeout. A turn may still be delivered after the 503; a retry is then
             # recognised by its turn_id and stored once.
-            await asyncio.wait_for(send_all(), SEND_TIMEOUT_S)
+            with svc.drain.admit():
+                await asyncio.wait_for(send_all(), SEND_TIMEOUT_S)
         except TimeoutError as exc:
             raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
         metrics.TURNS_ACCEPTED.labels(tenant).inc(len(turns))
@@ -424,7 +428,9 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/readyz", tags=["ops"], responses={503: {"model": Problem}})
     async def readyz(svc: Svc) -> JSONResponse:
         """Ready when the broker answers, live updates are flowing, and every partition's store
-        answers."""
+        answers. Draining (``memstream up`` stopping): 503, with the turn requests in progress."""
+        if svc.drain.draining:
+            return JSONResponse(svc.drain.report(), status_code=503)
         problems = []
         try:
             await asyncio.wait_for(svc.producer.client.fetch_all_metadata(), 2.0)
