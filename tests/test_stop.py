@@ -165,7 +165,15 @@ class Client(threading.Thread):
                     raise AssertionError(f"unexpected {r.status_code}: {r.text[:300]}")
 
 
-def test_sigterm_while_ingesting_keeps_every_accepted_turn(up: Up) -> None:
+# SIGTERM to `up` alone (a service manager), SIGINT to its whole process group (Ctrl-C in a terminal).
+STOPS = {
+    "sigterm": lambda pid: os.kill(pid, signal.SIGTERM),
+    "ctrl-c": lambda pid: os.killpg(pid, signal.SIGINT),
+}
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_a_stop_while_ingesting_keeps_every_accepted_turn(up: Up, stop: str) -> None:
     up.start()
     assert up.proc is not None
     clients = [Client(up.url, n) for n in range(4)]
@@ -173,7 +181,7 @@ def test_sigterm_while_ingesting_keeps_every_accepted_turn(up: Up) -> None:
         c.start()
     wait_for(lambda: sum(len(c.accepted) for c in clients) >= 300, 120, "300 turns accepted")
     t_stop = time.monotonic()
-    os.kill(up.proc.pid, signal.SIGTERM)
+    STOPS[stop](up.proc.pid)
     rc = up.proc.wait(timeout=120)
     stop_s = time.monotonic() - t_stop
     for c in clients:
@@ -187,14 +195,15 @@ def test_sigterm_while_ingesting_keeps_every_accepted_turn(up: Up) -> None:
     ids = {u.unit_id for u in units}
     missing = [a for a in accepted if unit_id_for(DEFAULT_TENANT, *a) not in ids]
     print(
-        f"\nSIGTERM while ingesting: {len(accepted)} accepted (202), {refused} refused (503) while "
+        f"\n{stop} while ingesting: {len(accepted)} accepted (202), {refused} refused (503) while "
         f"draining, {len(accepted) - len(missing)} of them stored; stop took {stop_s:.1f}s"
     )
     assert not missing, f"{len(missing)} of {len(accepted)} accepted turns not stored: {missing[:5]}"
     assert "every accepted turn stored" in up.log.read_text()
     assert refused > 0, "no 503 while draining"
     assert set().union(*(c.retry_after for c in clients)) == {"5"}, "a 503 without Retry-After"
-    assert {c.recall_while_draining for c in clients if c.recall_while_draining is not None} == {200}
+    # Reads go on while turns are refused (a recall that lands after the workers stopped is a 503).
+    assert 200 in {c.recall_while_draining for c in clients}, "no recall answered while draining"
 
     # After a restart the units are recalled: the store on disk is what the new pipeline reads.
     up.start()
