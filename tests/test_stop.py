@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,8 @@ import pytest
 from memstream.adapters.broker import Broker, free_port, stop_leftover
 from memstream.adapters.processes import running
 from memstream.adapters.settings import Settings
+from memstream.apps.sample import generate
+from memstream.apps.status import fetch_status
 from schemas.events import DEFAULT_TENANT, unit_id_for
 from tests.conftest import ready, stored, terminate, wait_for
 from tests.test_faults import children
@@ -63,8 +66,16 @@ class Up:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(lambda: self._alive() and ready(self.url), 180, "the gateway to be ready")
+        wait_for(lambda: self._alive() and self._ready(), 180, "`up` to be ready")
         return self
+
+    def _ready(self) -> bool:
+        if self.env["MEMSTREAM_GATEWAY_PORT"] != "0":
+            return ready(self.url)
+        try:
+            return bool(fetch_status(self.settings, timeout=5))
+        except OSError:
+            return False
 
     def _alive(self) -> bool:
         assert self.proc is not None
@@ -199,7 +210,7 @@ def test_a_stop_while_ingesting_keeps_every_accepted_turn(up: Up, stop: str) -> 
         f"draining, {len(accepted) - len(missing)} of them stored; stop took {stop_s:.1f}s"
     )
     assert not missing, f"{len(missing)} of {len(accepted)} accepted turns not stored: {missing[:5]}"
-    assert "every accepted turn stored" in up.log.read_text()
+    assert "every accepted turn stored after" in up.log.read_text()
     assert refused > 0, "no 503 while draining"
     assert set().union(*(c.retry_after for c in clients)) == {"5"}, "a 503 without Retry-After"
     # Reads go on while turns are refused (a recall that lands after the workers stopped is a 503).
@@ -213,6 +224,39 @@ def test_a_stop_while_ingesting_keeps_every_accepted_turn(up: Up, stop: str) -> 
             assert r.status_code == 200, r.text
             found = {t for item in r.json()["items"] for t in item["source_turn_ids"]}
             assert found and found <= set(client.accepted), r.text
+
+
+@pytest.mark.parametrize("drain_s", ["30", "0"])
+def test_without_a_gateway_the_stop_drains_what_was_produced_within_the_bound(up: Up, drain_s: str) -> None:
+    """One worker and no gateway (turns produced straight to the topic) also run under the
+    supervisor, which drains; with no time to drain, the log says how many turns were lost."""
+    up.env.update(MEMSTREAM_GATEWAY_PORT="0", MEMSTREAM_STOP_DRAIN_S=drain_s)
+    up.start()
+    assert up.proc is not None
+    sample = up.log.parent / "sample.jsonl"
+    sample.write_bytes(b"".join(t.to_bytes() + b"\n" for t in generate(users=3, days=60, seed=3)))
+    total = len(sample.read_bytes().splitlines())
+    client = {
+        **up.env,
+        "MEMSTREAM_BOOTSTRAP_SERVERS": f"127.0.0.1:{up.env['MEMSTREAM_EMBEDDED_BROKER_PORT']}",
+        "MEMSTREAM_TANSU_QUIRKS": "true",
+    }
+    replayed = subprocess.run(
+        [sys.executable, "-m", "memstream.apps.cli", "replay", str(sample)], env=client, timeout=120
+    )
+    assert replayed.returncode == 0
+    os.kill(up.proc.pid, signal.SIGTERM)
+    assert up.proc.wait(timeout=120) == 0, up.logs()
+    stored_now = len(stored(up.settings)[0])
+    lost = re.search(r"with (\d+) accepted turns not stored", up.log.read_text())
+    print(
+        f"\nno gateway, MEMSTREAM_STOP_DRAIN_S={drain_s}: {stored_now} of {total} stored; {lost and lost[0]}"
+    )
+    if drain_s == "0":
+        assert lost is not None and int(lost[1]) > 0, up.logs()
+        assert stored_now + int(lost[1]) >= total  # the worker went on storing until it stopped
+    else:
+        assert lost is None and stored_now == total, up.logs()
 
 
 def test_kill_9_of_the_process_group_leaves_nothing_running(up: Up) -> None:

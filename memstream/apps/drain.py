@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -46,16 +46,24 @@ def drain(
     if gateway is not None and gateway.poll() is None:
         gateway.send_signal(DRAIN_SIGNAL)
         _wait_gateway(settings, gateway, deadline)
-    left = asyncio.run(_wait_stored(settings, workers, deadline))
+
+    def working() -> bool:
+        return time.monotonic() < deadline and any(w.poll() is None for w in workers)
+
+    left = asyncio.run(_wait_stored(settings, working))
     if left:
         log.error(
             "stopping after %.0fs (MEMSTREAM_STOP_DRAIN_S) with %d accepted turns not stored: they are lost",
             time.monotonic() - t0,
             left,
         )
+        return left
+    log.info("every accepted turn stored after %.1fs", time.monotonic() - t0)
+    if asyncio.run(_wait_settled(settings, working)):
+        log.info("consolidation settled after %.1fs; stopping", time.monotonic() - t0)
     else:
-        log.info("every accepted turn stored after %.1fs; stopping", time.monotonic() - t0)
-    return left
+        log.warning("stopping with consolidation in progress: it is lost with the broker's memory")
+    return 0
 
 
 def _wait_gateway(settings: Settings, gateway: subprocess.Popen[bytes], deadline: float) -> None:
@@ -76,23 +84,25 @@ def _wait_gateway(settings: Settings, gateway: subprocess.Popen[bytes], deadline
         time.sleep(0.05)
 
 
-async def _wait_stored(
-    settings: Settings, workers: Sequence[subprocess.Popen[bytes]], deadline: float
-) -> int:
-    """Until the group has committed the whole turns topic, then until consolidation settles;
-    the turns not committed when the deadline passed or the last worker exited."""
+async def _wait_stored(settings: Settings, working: Callable[[], bool]) -> int:
+    """Until the group has committed the whole turns topic; the turns not committed when the
+    time ran out or the last worker exited."""
     topic = settings.topic(TURNS.name)
     reported = time.monotonic()
     while left := await unconsumed(settings, topic):
-        if time.monotonic() >= deadline or all(w.poll() is not None for w in workers):
+        if not working():
             return left
         if time.monotonic() - reported >= PROGRESS_EVERY_S:
             log.info("stopping: %d accepted turns not stored yet", left)
             reported = time.monotonic()
         await asyncio.sleep(POLL_S)
-    while time.monotonic() < deadline and any(w.poll() is None for w in workers):
-        if await settled(settings):
-            return 0
-        await asyncio.sleep(POLL_S)
-    log.warning("stopping with consolidation in progress: it is lost with the broker's memory")
     return 0
+
+
+async def _wait_settled(settings: Settings, working: Callable[[], bool]) -> bool:
+    """Until consolidation has nothing in flight; whether it got there in time."""
+    while working():
+        if await settled(settings):
+            return True
+        await asyncio.sleep(POLL_S)
+    return False
