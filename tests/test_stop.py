@@ -226,11 +226,12 @@ def test_a_stop_while_ingesting_keeps_every_accepted_turn(up: Up, stop: str) -> 
             assert found and found <= set(client.accepted), r.text
 
 
-@pytest.mark.parametrize("drain_s", ["30", "0"])
-def test_without_a_gateway_the_stop_drains_what_was_produced_within_the_bound(up: Up, drain_s: str) -> None:
+@pytest.mark.parametrize("case", ["drained", "no time", "second signal"])
+def test_without_a_gateway_the_stop_drains_what_was_produced_within_the_bound(up: Up, case: str) -> None:
     """One worker and no gateway (turns produced straight to the topic) also run under the
-    supervisor, which drains; with no time to drain, the log says how many turns were lost."""
-    up.env.update(MEMSTREAM_GATEWAY_PORT="0", MEMSTREAM_STOP_DRAIN_S=drain_s)
+    supervisor, which drains; with no time to drain, the log says how many turns were lost; a
+    second signal ends the wait at once."""
+    up.env.update(MEMSTREAM_GATEWAY_PORT="0", MEMSTREAM_STOP_DRAIN_S="0" if case == "no time" else "30")
     up.start()
     assert up.proc is not None
     sample = up.log.parent / "sample.jsonl"
@@ -246,15 +247,20 @@ def test_without_a_gateway_the_stop_drains_what_was_produced_within_the_bound(up
     )
     assert replayed.returncode == 0
     os.kill(up.proc.pid, signal.SIGTERM)
+    if case == "second signal":
+        wait_for(lambda: "stopping: storing" in up.log.read_text(), 10, "the drain to start", poll=0.05)
+        os.kill(up.proc.pid, signal.SIGINT)
+        t_second = time.monotonic()
     assert up.proc.wait(timeout=120) == 0, up.logs()
     stored_now = len(stored(up.settings)[0])
     lost = re.search(r"with (\d+) accepted turns not stored", up.log.read_text())
-    print(
-        f"\nno gateway, MEMSTREAM_STOP_DRAIN_S={drain_s}: {stored_now} of {total} stored; {lost and lost[0]}"
-    )
-    if drain_s == "0":
+    print(f"\nno gateway, {case}: {stored_now} of {total} stored; {lost and lost[0]}")
+    if case == "no time":
         assert lost is not None and int(lost[1]) > 0, up.logs()
         assert stored_now + int(lost[1]) >= total  # the worker went on storing until it stopped
+    elif case == "second signal":
+        assert "a second signal ended the wait" in up.log.read_text()
+        assert time.monotonic() - t_second < 20  # the workers' own stop, not the 30 s bound
     else:
         assert lost is None and stored_now == total, up.logs()
 

@@ -181,7 +181,9 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    # SIGINT too: asyncio.run (in the drain) would otherwise take Ctrl-C for itself and only
+    # cancel its task, which the Kafka clients' cleanup can swallow; a second signal must stop it.
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
@@ -197,7 +199,8 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
                 drain(settings, gateway, workers)
             except KeyboardInterrupt:
                 log.warning("stopping now: a second signal ended the wait for the accepted turns")
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
