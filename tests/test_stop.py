@@ -290,6 +290,19 @@ def test_a_broker_left_behind_in_the_data_dir_is_stopped(up: Up, tmp_path: Path)
     proc = leftover.proc
     assert proc is not None
     leftover.proc = None  # forgotten by its starter, as by a killed `up`: only the pidfile knows it
+    pidfile = data / "broker.pid"
+    record = json.loads(pidfile.read_text())
+    assert record["owner"] == os.getpid()
+    # While its starter runs, it is another `up`'s broker: left alone, and this `up` fails on the port.
+    refused = subprocess.run(
+        [sys.executable, "-m", "memstream.apps.cli", "up"], env=up.env, capture_output=True, timeout=60
+    )
+    assert refused.returncode == 1 and b"already in use" in refused.stderr, refused.stderr[-2000:]
+    assert b"Traceback" not in refused.stderr
+    assert proc.poll() is None
+    # Its starter gone (a pid that has exited), it is a leftover.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    pidfile.write_text(json.dumps({**record, "owner": int(gone.stdout)}))
     up.start()  # would fail on "port already in use" if the leftover still held it
     assert proc.wait(timeout=10) is not None
     assert f"stopped Tansu pid {proc.pid}" in up.log.read_text()

@@ -100,7 +100,8 @@ class Broker:
         try:
             self._wait_ready(timeout)
             if self.pidfile:
-                self.pidfile.write_text(json.dumps({"pid": self.proc.pid, "port": self.port}))
+                record = {"pid": self.proc.pid, "port": self.port, "owner": os.getpid()}
+                self.pidfile.write_text(json.dumps(record))
         except BaseException:
             # Also on SIGTERM/Ctrl-C while waiting: `with` would not call __exit__ for us.
             self.stop()
@@ -140,11 +141,12 @@ class Broker:
 
 
 def stop_leftover(pidfile: Path, timeout: float = 5.0) -> tuple[int, int] | None:
-    """Stop the broker ``pidfile`` names if it still runs (SIGTERM, then SIGKILL after
-    ``timeout``) and remove the file; the pid and port stopped, or None."""
+    """Stop the broker ``pidfile`` names if it still runs and the process that started it does
+    not (SIGTERM, then SIGKILL after ``timeout``) and remove the file; the pid and port stopped,
+    or None. A broker whose starter runs is left alone: another `memstream up` on this data dir."""
     try:
         record = json.loads(pidfile.read_text())
-        pid, port = int(record["pid"]), int(record["port"])
+        pid, port, owner = int(record["pid"]), int(record["port"]), int(record.get("owner", 0))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError):
@@ -153,6 +155,11 @@ def stop_leftover(pidfile: Path, timeout: float = 5.0) -> tuple[int, int] | None
         return None
     if not is_tansu(pid, port):  # gone, or the pid now belongs to another process
         pidfile.unlink(missing_ok=True)
+        return None
+    if owner and owner != os.getpid() and running(owner):
+        log.warning(
+            "the broker on port %d belongs to a running process %d (its pidfile: %s)", port, owner, pidfile
+        )
         return None
     for sig in (signal.SIGTERM, signal.SIGKILL):
         os.kill(pid, sig)
