@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -222,7 +222,9 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with services(settings) as svc:
             app.state.svc = svc
-            asyncio.get_running_loop().add_signal_handler(DRAIN_SIGNAL, svc.drain.start)
+            # Only a gateway in the main thread can take the signal (not one served from a thread).
+            with suppress(RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(DRAIN_SIGNAL, svc.drain.start)
             yield
 
     app = FastAPI(
