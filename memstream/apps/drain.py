@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 
@@ -71,17 +72,29 @@ def _wait_gateway(settings: Settings, gateway: subprocess.Popen[bytes], deadline
     host = "127.0.0.1" if settings.gateway_host in ("0.0.0.0", "::", "") else settings.gateway_host
     url = f"http://{f'[{host}]' if ':' in host else host}:{settings.gateway_port}/readyz"
     while gateway.poll() is None and time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                body = resp.read()  # 200: the signal not handled yet
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-        except OSError:  # not listening yet: no turn admitted either
-            body = b"{}"
-        state = orjson.loads(body or b"{}")
-        if state.get("draining") and state.get("turns_in_flight") == 0:
+        state = _readiness(url)
+        if state is None or (state.get("draining") and state.get("turns_in_flight") == 0):
             return
         time.sleep(0.05)
+
+
+def _readiness(url: str) -> dict[str, Any] | None:
+    """The gateway's /readyz answer: None when it is not listening (so it has admitted no turn),
+    empty when it does not answer in time or not in JSON."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            body = resp.read()  # 200: the signal not handled yet
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+    except urllib.error.URLError as exc:
+        return None if isinstance(exc.reason, ConnectionRefusedError) else {}
+    except OSError:
+        return {}
+    try:
+        state = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 async def _wait_stored(settings: Settings, working: Callable[[], bool]) -> int:

@@ -199,6 +199,8 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
                 drain(settings, gateway, workers)
             except KeyboardInterrupt:
                 log.warning("stopping now: a second signal ended the wait for the accepted turns")
+            except Exception as exc:  # the children must still be stopped below
+                log.error("stopping without waiting for the accepted turns: %r", exc)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for p in procs:
