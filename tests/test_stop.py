@@ -1,12 +1,14 @@
 """Stopping the embedded default (`memstream up` with its own Tansu broker, whose log is in memory).
 
-* SIGTERM while a client posts turns through the gateway: every turn answered 202 is in the store
-  after the stop and recallable after a restart; the gateway answers 503 with Retry-After while
-  draining, and reads go on.
+* SIGTERM, or Ctrl-C, while 4 clients post turns through the gateway: every turn answered 202 is in
+  the store after the stop and recallable after a restart; the gateway answers 503 with Retry-After
+  while draining, and reads go on.
+* Without a gateway (turns produced straight to the topic): the single worker is drained too; with
+  no time to drain the log says how many turns were lost; a second signal ends the wait.
 * kill -9 of `up`'s process group: no broker, worker or gateway outlives it, and the next `up` on
   the same data dir starts.
-* A broker an earlier run left behind in the data dir is found and stopped by the next `up`; a
-  pidfile naming another process leaves that process alone.
+* A broker an earlier run left behind in the data dir is found and stopped by the next `up` (not
+  while the process that started it runs); a pidfile naming another process leaves it alone.
 
 The figures are printed (``pytest -s``) and recorded in docs/reliability.md.
 """
