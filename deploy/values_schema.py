@@ -41,6 +41,7 @@ MANAGED: dict[str, str] = {
 NOT_APPLICABLE: dict[str, str] = {
     "embedded_broker_port": "the embedded broker is never started (bootstrap servers are set)",
     "tansu_quirks": "work-arounds for the embedded Tansu broker only",
+    "stop_drain_s": "only `memstream up` with the embedded broker drains its in-memory log on stop",
     "worker_urls": "only for a gateway reading the embedded Edge store through workers",
     "worker_index": "set by `memstream up` for the workers it starts; a pod is one worker with its own /data",
     # On a Qdrant server every pod reads the store itself: a worker pod opens no internal port

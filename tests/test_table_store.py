@@ -170,7 +170,7 @@ def test_up_gives_each_worker_its_index(monkeypatch: pytest.MonkeyPatch, tmp_pat
         pid = 0
         returncode = 0
 
-        def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        def __init__(self, args: list[str], env: dict[str, str], **_: object) -> None:
             envs.append(env)
 
         def poll(self) -> int:

@@ -3,17 +3,29 @@
 Run straight from the installed package (nothing is copied to the home directory), bound to
 127.0.0.1, and waited for until its port accepts connections. It is a development and test
 broker: data lives in memory and is gone when it stops. Production uses Kafka.
+
+It dies with the process that started it (memstream/adapters/processes.py). Given a pidfile, a
+broker finds one an earlier run left behind (a parent killed where the kernel could not stop its
+child) and stops it before taking the port: only if that pid still runs our Tansu binary on the
+recorded port, since pids are reused.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import os
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+
+from memstream.adapters.processes import command_line, die_with_parent, running
+
+log = logging.getLogger(__name__)
 
 
 class BrokerError(RuntimeError):
@@ -52,9 +64,10 @@ def free_port() -> int:
 class Broker:
     """A Tansu process on 127.0.0.1:``port``; use as a context manager or start()/stop()."""
 
-    def __init__(self, port: int, log_path: Path | None = None) -> None:
+    def __init__(self, port: int, log_path: Path | None = None, pidfile: Path | None = None) -> None:
         self.port = port
         self.log_path = log_path
+        self.pidfile = pidfile
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,6 +75,8 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 15.0) -> Broker:
+        if self.pidfile and (left := stop_leftover(self.pidfile)):
+            log.warning("stopped Tansu pid %d, left behind on port %d by an earlier run", *left)
         if port_open(self.port):
             raise BrokerError(f"port {self.port} is already in use on 127.0.0.1")
         url = f"tcp://127.0.0.1:{self.port}"
@@ -80,9 +95,13 @@ class Broker:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it cleanly
+            preexec_fn=die_with_parent(),
         )
         try:
             self._wait_ready(timeout)
+            if self.pidfile:
+                record = {"pid": self.proc.pid, "port": self.port, "owner": os.getpid()}
+                self.pidfile.write_text(json.dumps(record))
         except BaseException:
             # Also on SIGTERM/Ctrl-C while waiting: `with` would not call __exit__ for us.
             self.stop()
@@ -108,6 +127,8 @@ class Broker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.pidfile:
+            self.pidfile.unlink(missing_ok=True)
         self.proc = None
 
     def __enter__(self) -> Broker:
@@ -117,3 +138,41 @@ class Broker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def stop_leftover(pidfile: Path, timeout: float = 5.0) -> tuple[int, int] | None:
+    """Stop the broker ``pidfile`` names if it still runs and the process that started it does
+    not (SIGTERM, then SIGKILL after ``timeout``) and remove the file; the pid and port stopped,
+    or None. A broker whose starter runs is left alone: another `memstream up` on this data dir."""
+    try:
+        record = json.loads(pidfile.read_text())
+        pid, port, owner = int(record["pid"]), int(record["port"]), int(record.get("owner", 0))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring the unreadable broker pidfile %s", pidfile)
+        pidfile.unlink(missing_ok=True)
+        return None
+    if not is_tansu(pid, port):  # gone, or the pid now belongs to another process
+        pidfile.unlink(missing_ok=True)
+        return None
+    if owner and owner != os.getpid() and running(owner):
+        log.warning(
+            "the broker on port %d belongs to a running process %d (its pidfile: %s)", port, owner, pidfile
+        )
+        return None
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not running(pid):
+            break
+    pidfile.unlink(missing_ok=True)
+    return pid, port
+
+
+def is_tansu(pid: int, port: int) -> bool:
+    """Whether ``pid`` is a live Tansu broker of this installation listening on ``port``."""
+    args = command_line(pid)
+    return running(pid) and args[:2] == [str(tansu_binary()), "broker"] and f"tcp://127.0.0.1:{port}" in args

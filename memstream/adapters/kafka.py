@@ -250,3 +250,26 @@ async def settled(settings: Settings) -> bool:
     committed, twice in a row (work in flight publishes into the next topic in between)."""
     topics = [settings.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, DEFERRED, MEMORY_UPDATES)]
     return await consumed(settings, topics) and await consumed(settings, topics)
+
+
+async def unconsumed(settings: Settings, topic: str, idle_s: float = 0.2) -> int:
+    """How many records of ``topic`` the pipeline's group has not committed, counted by reading
+    them from the committed offsets on: end offsets cannot say, since Tansu reports the end of a
+    multi-record batch (as the gateway's producer sends) as its first offset + 1."""
+    async with group_offsets(settings) as group:
+        tps = [TopicPartition(topic, p) for p in range(settings.topic_partitions)]
+        start = {tp: await group.committed(tp) or 0 for tp in tps}
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(settings), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
+        count = 0
+        while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
+            count += sum(len(msgs) for msgs in batch.values())
+        return count
+    finally:
+        await consumer.stop()

@@ -172,6 +172,12 @@ class Settings(BaseSettings):
         ge=1,
         description="worker processes of `memstream up`, sharing the partitions (at most topic_partitions)",
     )
+    stop_drain_s: float = Field(
+        30.0,
+        ge=0,
+        description="on SIGTERM or Ctrl-C, the most seconds `memstream up` with the embedded broker waits "
+        "for its workers to store the turns it accepted (the broker keeps them in memory only)",
+    )
     batch_size: int = Field(256, ge=1, description="turns per processing batch (faust take)")
     batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
     commit_interval_s: float = Field(

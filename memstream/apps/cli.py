@@ -269,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from memstream.adapters.broker import BrokerError
     from memstream.apps.runtime import run_up
 
     if args.workers is not None:
@@ -278,6 +279,9 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
+    except BrokerError as exc:  # e.g. the port taken, by another `up` on this data dir
+        print(f"memstream: embedded broker: {exc}", file=sys.stderr)
+        return 1
 
 
 def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:

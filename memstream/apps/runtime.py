@@ -6,6 +6,11 @@ each a share of the partitions, and each serves ``/metrics`` and ``/status`` on 
 (``metrics_port`` + its index). They stop together: on a signal, or when one of them exits.
 With ``table_store=rocksdb`` worker *i* keeps its tables under ``data_dir/faust/worker-<i>``
 (streams/table_store.py), found again when ``up`` restarts.
+
+The workers, the gateway and the embedded broker run in sessions of their own (Ctrl-C in a
+terminal reaches ``up`` alone) and die with ``up`` (memstream/adapters/processes.py). With the
+embedded broker, whose log is in memory, ``up`` drains before it stops them (memstream/apps/drain.py),
+so its workers always run as child processes, even a single one without a gateway.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from consumers import build_consolidation
 from memstream.adapters.broker import Broker
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import ensure_topics
+from memstream.adapters.processes import die_with_parent
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards
+from memstream.apps.drain import drain
 from memstream.apps.status import worker_ports
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec
@@ -49,10 +56,12 @@ def run_up(settings: Settings) -> int:
             "partitions; the extra workers would sit idle"
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    embedded = settings.bootstrap_servers is None
     with ExitStack() as stack:
-        if settings.bootstrap_servers is None:
+        if embedded:
+            data = settings.data_dir
             broker = stack.enter_context(
-                Broker(settings.embedded_broker_port, settings.data_dir / "broker.log")
+                Broker(settings.embedded_broker_port, data / "broker.log", data / "broker.pid")
             )
             log.info(
                 "embedded Tansu broker on %s (memory storage: data is gone when it stops)", broker.bootstrap
@@ -61,10 +70,10 @@ def run_up(settings: Settings) -> int:
                 update={"bootstrap_servers": broker.bootstrap, "tansu_quirks": True}
             )
         asyncio.run(ensure_topics(settings))
-        if settings.workers == 1 and not settings.gateway_port:
+        if settings.workers == 1 and not settings.gateway_port and not embedded:
             run_worker(settings)
             return 0
-        return run_workers(settings)
+        return run_workers(settings, drain_first=embedded)
 
 
 def run_worker(settings: Settings) -> None:
@@ -127,9 +136,9 @@ def _run_worker(settings: Settings) -> None:
         shards.close()
 
 
-def run_workers(settings: Settings) -> int:
+def run_workers(settings: Settings, drain_first: bool = False) -> int:
     """``settings.workers`` worker processes, and the gateway unless its port is 0; returns when
-    they have all stopped."""
+    they have all stopped. With ``drain_first``, the accepted turns are stored before they stop."""
     env = {
         **os.environ,
         "MEMSTREAM_WORKERS": "1",
@@ -146,7 +155,7 @@ def run_workers(settings: Settings) -> int:
         # One onnxruntime session per core in all: N workers must not each take every core.
         env["MEMSTREAM_MINILM_THREADS"] = str(max(1, (os.cpu_count() or 1) // settings.workers))
     ports = worker_ports(settings) or [0] * settings.workers
-    procs = [
+    workers = [
         subprocess.Popen(
             [sys.executable, "-m", "memstream.apps.cli", "up"],
             env={
@@ -157,23 +166,32 @@ def run_workers(settings: Settings) -> int:
                 # worker i's table directory (table_store=rocksdb): the same one after a restart
                 "MEMSTREAM_WORKER_INDEX": str(i),
             },
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         for i, port in enumerate(ports)
     ]
-    log.info("%d workers: pids %s", len(procs), ", ".join(str(p.pid) for p in procs))
+    log.info("%d workers: pids %s", len(workers), ", ".join(str(p.pid) for p in workers))
+    gateway = None
     if settings.gateway_port:
         gateway_env = {**env, "MEMSTREAM_WORKERS": str(settings.workers)}
-        procs.append(
-            subprocess.Popen([sys.executable, "-m", "memstream.apps.cli", "gateway"], env=gateway_env)
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "memstream.apps.cli", "gateway"],
+            env=gateway_env,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         log.info(
-            "gateway on http://%s:%d (pid %d)", settings.gateway_host, settings.gateway_port, procs[-1].pid
+            "gateway on http://%s:%d (pid %d)", settings.gateway_host, settings.gateway_port, gateway.pid
         )
+    procs = [*workers, *([gateway] if gateway else [])]
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    # SIGINT too: asyncio.run (in the drain) would otherwise take Ctrl-C for itself and only
+    # cancel its task, which the Kafka clients' cleanup can swallow; a second signal must stop it.
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
@@ -184,7 +202,15 @@ def run_workers(settings: Settings) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if drain_first:
+            try:
+                drain(settings, gateway, workers)
+            except KeyboardInterrupt:
+                log.warning("stopping now: a second signal ended the wait for the accepted turns")
+            except Exception as exc:  # the children must still be stopped below
+                log.error("stopping without waiting for the accepted turns: %r", exc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

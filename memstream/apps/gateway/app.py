@@ -12,8 +12,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -46,6 +46,7 @@ from memstream.apps.gateway.auth import (
     take,
     tenant_for,
 )
+from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
@@ -338,6 +339,7 @@ class Services:
     producer: AIOKafkaProducer
     hub: UpdateHub
     llm: LLMClient | None
+    drain: Drain = field(default_factory=Drain)
 
     def store(self, user_key: str) -> VectorStore:
         return self.shards.get(partition_for(user_key.encode(), self.settings.topic_partitions))
@@ -393,6 +395,9 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with services(settings) as svc:
             app.state.svc = svc
+            # Only a gateway in the main thread can take the signal (not one served from a thread).
+            with suppress(RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(DRAIN_SIGNAL, svc.drain.start)
             yield
 
     app = FastAPI(
@@ -417,7 +422,7 @@ def create_app(settings: Settings) -> FastAPI:
             },
             503: {
                 "model": Problem,
-                "description": "overloaded, broker or store unavailable; retry after Retry-After",
+                "description": "overloaded, draining, broker or store unavailable; retry after Retry-After",
             },
         },
     )
@@ -464,7 +469,8 @@ def create_app(settings: Settings) -> FastAPI:
             # Bounded: with the broker gone, send() and the acks would wait out the producer's
             # request timeout. A turn may still be delivered after the 503; a retry is then
             # recognised by its turn_id and stored once.
-            await asyncio.wait_for(send_all(), SEND_TIMEOUT_S)
+            with svc.drain.admit():
+                await asyncio.wait_for(send_all(), SEND_TIMEOUT_S)
         except TimeoutError as exc:
             raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
         metrics.TURNS_ACCEPTED.labels(tenant).inc(len(turns))
@@ -632,7 +638,9 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/readyz", tags=["ops"], responses={503: {"model": Problem}})
     async def readyz(svc: Svc) -> JSONResponse:
         """Ready when the broker answers, live updates are flowing, and every partition's store
-        answers."""
+        answers. Draining (``memstream up`` stopping): 503, with the turn requests in progress."""
+        if svc.drain.draining:
+            return JSONResponse(svc.drain.report(), status_code=503)
         problems = []
         try:
             await asyncio.wait_for(svc.producer.client.fetch_all_metadata(), 2.0)
