@@ -74,7 +74,8 @@ class Indexer:
         if not fresh:
             return
         # A node that restates its only child (a tree passthrough: a day of one session, a week of one
-        # day) has the child's text, so the child's stored vector: only the others are embedded.
+        # day) has the child's text, so the child's stored vector, unless it took a header of its own
+        # (the extractive writer's): only the others are embedded.
         only_child = [m.children[0] if len(m.children) == 1 else None for m in fresh]
         texts = [m.text for m in fresh]
         reused = stored_vectors(store, only_child, texts)

@@ -14,6 +14,7 @@ import asyncio
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from consumers.extractive.summaries import retitled
 from consumers.writer import Scope, Source, Writer, Written, memory_source, stamp, stamp_of, unit_source
 from memstream.core import durative
 from memstream.core.embedder import Embedder, embed_missing
@@ -62,7 +63,8 @@ class TreeSummarizer:
             elif len(p.children) == 1:
                 stage = "passthrough"
                 only = children[0]
-                written = Written(only.text, only.turn_ids, only.sentence_turn_ids)
+                text = retitled(only.text, p.kind, window.start, scope.zone)
+                written = Written(text, only.turn_ids, only.sentence_turn_ids)
             else:
                 written = await self.writer.summary(
                     scope, p.kind, window.start, window.end, children, history

@@ -48,6 +48,7 @@ class Source:
     sentence_turn_ids: tuple[tuple[str, ...], ...] = ()  # a memory's, when known (Memory.sentence_turn_ids)
     triple: Triple | None = None  # a fact's, so a writer restates it without parsing its text
     fact_type: FactType | None = None
+    speakers: tuple[str, ...] = ()  # a unit's (Unit.speakers): who said its text, as sent, never parsed
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ def stamp(writer: Writer, stage: str) -> WriterStamp:
 
 
 def stamp_of(memory: Memory) -> WriterStamp:
-    """The stamp of an existing memory, for a node that carries its one child's text unchanged."""
+    """The stamp of an existing memory, for a node that carries its one child's text (its header
+    its own)."""
     return WriterStamp(extractive=memory.extractive, writer=memory.writer, model=memory.model)
 
 
@@ -162,6 +164,7 @@ def unit_source(unit: Unit) -> Source:
         text=unit.text,
         turn_ids=(unit.turn_id,),
         event_times=tuple(unit.event_times),
+        speakers=tuple(unit.speakers),
     )
 
 

@@ -387,11 +387,15 @@ def rows() -> list[Row]:
                     description="LLM down or a tenant's token budget spent: retried later, never dropped.",
                 ),
                 ts(
-                    "Consolidation in flight and queue wait by stage",
+                    "Consolidation in flight, queued and queue wait by stage",
                     [
                         (
                             f"sum by (stage) (memstream_consolidation_in_flight{sel()})",
                             "{{stage}} in flight",
+                        ),
+                        (
+                            f"sum by (stage) (memstream_consolidation_queued{sel()})",
+                            "{{stage}} queued",
                         ),
                         (
                             quantile(0.95, "memstream_consolidation_queue_wait_seconds", "stage"),
@@ -403,7 +407,8 @@ def rows() -> list[Row]:
                         ),
                     ],
                     description="Records each stage works on now (many users at once, one user's in "
-                    "order; at most 8 x MEMSTREAM_LLM_CONCURRENCY held per stage and worker), and how long "
+                    "order; at most 8 x MEMSTREAM_LLM_CONCURRENCY held per stage and worker), those queued "
+                    "behind their user's record in flight, and how long "
                     "a record waited from its write to its topic until its work began. Errors: a "
                     "handler raised (logged); the record is tried again in place, its user waits.",
                     width=24,

@@ -70,6 +70,7 @@ class KeyOrdered:
         order: KeyOrder[EventT] = KeyOrder()
         room = asyncio.Semaphore(self.limit)
         in_flight = metrics.CONSOLIDATION_IN_FLIGHT.labels(self.stage)
+        queued = metrics.CONSOLIDATION_QUEUED.labels(self.stage)
         waited = metrics.CONSOLIDATION_QUEUE_WAIT.labels(self.stage)
         metrics.CONSOLIDATION_ERRORS.labels(self.stage)  # exported at 0 from the start
 
@@ -86,6 +87,7 @@ class KeyOrdered:
                 finally:
                     in_flight.dec()
                 finished = order.finish(entry)
+                queued.set(order.waiting())
                 for released in finished.released:
                     for copy in (released.item, *released.copies):
                         await ack(copy)
@@ -102,6 +104,7 @@ class KeyOrdered:
                     break
                 msg = event.message
                 taken = order.add(msg.partition, msg.offset, msg.key or b"", event)
+                queued.set(order.waiting())
                 if isinstance(taken, Entry):
                     tasks.create_task(work(taken))
                 elif taken is not None:  # delivered again after a seek back: it holds no room

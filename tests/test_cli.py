@@ -8,7 +8,7 @@ import pytest
 from memstream.adapters.broker import free_port
 from memstream.apps.cli import main
 from memstream.apps.demo import SAMPLE
-from memstream.apps.status import merge_status, render_status
+from memstream.apps.status import consolidating, merge_status, render_status
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,6 +109,8 @@ def test_status_of_several_workers_adds_up() -> None:
         "partitions": [2, 0],
         "lag": {"t/0": 1, "t/2": 0},
         "memstream_windows_closed": {"session/new_session": 3},
+        "memstream_consolidation_in_flight": {"consolidation": 1, "windows": 0},
+        "memstream_consolidation_queued": {"consolidation": 0, "windows": 0},
     }
     b = {
         "config": {"embedder": "hash", "theta_sim": 0.3, "theta_count": 5},
@@ -116,6 +118,8 @@ def test_status_of_several_workers_adds_up() -> None:
         "partitions": [1],
         "lag": {"t/1": 4},
         "memstream_windows_closed": {"session/new_session": 2, "day/boundary": 1},
+        "memstream_consolidation_in_flight": {"consolidation": 0, "windows": 1},
+        "memstream_consolidation_queued": {"consolidation": 0, "windows": 2},
     }
     merged = merge_status([a, b])
     assert merged == {
@@ -125,8 +129,13 @@ def test_status_of_several_workers_adds_up() -> None:
         "partitions": [0, 1, 2],
         "lag": {"t/0": 1, "t/2": 0, "t/1": 4},
         "memstream_windows_closed": {"session/new_session": 5, "day/boundary": 1},
+        "memstream_consolidation_in_flight": {"consolidation": 1, "windows": 1},
+        "memstream_consolidation_queued": {"consolidation": 0, "windows": 2},
     }
-    assert "workers 2" in render_status(merged)
+    shown = render_status(merged)
+    assert "workers 2" in shown
+    assert "in flight windows 1 (2 queued)" in [" ".join(line.split()) for line in shown.splitlines()], shown
+    assert consolidating(merged) == 4  # not settled: 2 records in flight, 2 queued behind them
 
 
 def test_up_refuses_more_workers_than_partitions(

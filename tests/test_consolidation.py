@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from zoneinfo import ZoneInfo
@@ -32,7 +32,7 @@ from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.events import ConsolidationRequest
+from schemas.events import ConsolidationRequest, Message, Turn
 from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from streams.ingest import IngestProcessor
 from streams.offline import Events, consolidate_all, ingest_all
@@ -381,4 +381,57 @@ def test_an_upsert_of_unchanged_text_rewrites_the_payload_without_embedding_agai
     assert memories(store)[node.memory_id].parent_id == "00000000-0000-0000-0000-000000000002"
     upsert(node.model_copy(update={"text": "Maya lives in Ghent."}))  # new text: embedded
     assert embedder.texts[-1] == "Maya lives in Ghent." and len(embedder.texts) == 2
+    shards.close()
+
+
+def caption_turns() -> list[Turn]:
+    """Two speakers over three sessions (two days of one week, then a week of one day), each turn's
+    content holding a photo caption on a line of its own and a "Name: text"-looking line."""
+    said = [
+        ("Nate", "I adopted two turtles and they cheer me up every single day.\n[shares a photo: a turtle]"),
+        ("Joanna", "I started writing a screenplay about an old lighthouse keeper.\nNote: it is due soon"),
+        ("Nate", "My turtles love the new tank I built for them last weekend.\n[shares a photo of a dog]"),
+    ]
+    starts = [datetime(2024, 1, 1, 18), datetime(2024, 1, 2, 18), datetime(2024, 1, 15, 18)]
+    return [
+        Turn(
+            tenant="t",
+            user_id="nate",
+            session_id=f"s{s}",
+            turn_id=f"s{s}-{i}",
+            ts=start + timedelta(minutes=i),
+            messages=[Message(speaker=speaker, content=content)],
+        )
+        for s, start in enumerate(starts)
+        for i, (speaker, content) in enumerate(said)
+    ]
+
+
+def test_session_day_and_week_headers_name_only_the_speakers_and_hold_no_markup(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, embedder="hash")
+    embedder = HashingEmbedder(settings.hash_dim)
+    shards = EdgeShards(
+        tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
+    processor = IngestProcessor(settings, embedder, shards)
+    store = shards.get(0)
+    consolidate(
+        build_consolidation(settings, embedder, embedder.default_theta_sim),
+        store,
+        asyncio.run(ingest_all(processor, caption_turns(), 64)),
+    )
+    headers = {
+        m.memory_id: (m.kind, m.text.splitlines()[0])
+        for m in memories(store).values()
+        if m.kind in (MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK)
+    }
+    kinds = [kind for kind, _ in headers.values()]
+    assert kinds.count(MemoryKind.SESSION) == 3 and MemoryKind.DAY in kinds and MemoryKind.WEEK in kinds
+    for kind, header in headers.values():
+        assert "[" not in header and "shares a photo" not in header, header
+        named = re.search(r"\(([^()]*)\):$", header)
+        if kind == MemoryKind.SESSION:
+            assert named is not None and named[1] == "Nate, Joanna", header
+        else:  # a day's or a week's own header, even over a single child
+            assert named is None and header.startswith(("Day ", "Week of ")), header
     shards.close()

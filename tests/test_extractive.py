@@ -34,6 +34,7 @@ from consumers.extractive import (
 )
 from consumers.extractive.sentences import split_items
 from consumers.extractive.statements import read_statement, statement_list
+from consumers.extractive.summaries import retitled
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written, stamp, stamp_of
 from memstream.apps.datasets import locomo_turns
 from memstream.core.dates import format_date, render_interval
@@ -190,6 +191,24 @@ def test_unit_sentences_carry_speaker_time_and_resolved_expressions() -> None:
 def test_continuation_lines_keep_their_speaker() -> None:
     source = Source("u", MON, "Caroline: I went hiking.\nIt was a long trail up the mountain.", ("u",))
     assert [s.speaker for s in sentences([source], UTC_ZONE)] == ["Caroline", "Caroline"]
+
+
+def test_only_a_units_own_speakers_open_a_line_and_a_caption_never_does() -> None:
+    text = "Nate: Look at my turtles!\n[shares a photo: a turtle]\nMel: this line is Nate's too.\nJo: Cute."
+    with_speakers = Source("u", MON, text, ("u",), speakers=("Nate", "Jo"))
+    assert [s.speaker for s in sentences([with_speakers], UTC_ZONE)] == ["Nate", "Nate", "Jo"]
+    parsed = Source("u", MON, text, ("u",))  # built by hand, no speakers: parsed, but a caption is none
+    assert [s.speaker for s in sentences([parsed], UTC_ZONE)] == ["Nate", "Mel", "Jo"]
+
+
+def test_a_passthrough_day_or_week_takes_its_own_header() -> None:
+    session = "Session on 8 May 2023 (Caroline, Melanie):\nOn 8 May 2023, Caroline: I went hiking."
+    assert retitled(session, MemoryKind.DAY, MON, UTC_ZONE) == (
+        "Day 8 May 2023:\nOn 8 May 2023, Caroline: I went hiking."
+    )
+    assert retitled("Day 8 May 2023:", MemoryKind.WEEK, MON, UTC_ZONE) == "Week of 8 May 2023:"
+    plain = "Caroline went hiking on 8 May 2023."  # the LLM writer's: no header to replace
+    assert retitled(plain, MemoryKind.DAY, MON, UTC_ZONE) == plain
 
 
 def test_memory_sentences_are_read_back_with_their_date_and_speaker() -> None:

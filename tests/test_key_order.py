@@ -33,13 +33,21 @@ def test_any_interleaving_keeps_each_users_order_and_never_commits_past_an_unfin
     running: list[Entry[None]] = []
     done: set[tuple[int, int]] = set()  # records that ran to the end at least once
     committed = {p: 0 for p in range(3)}  # what faust would commit: after the highest acknowledged
+    outstanding = 0  # records taken (not as a copy) and not yet finished
+
+    def counted() -> None:
+        # What `memstream status` shows per stage: in flight, and queued behind their user's record.
+        assert order.running() == len(running)
+        assert order.waiting() == outstanding - len(running)
 
     def deliver(partition: int) -> None:
+        nonlocal outstanding
         offset = position[partition]
         if offset >= len(log[partition]):
             return
         position[partition] += 1
         taken = order.add(partition, offset, log[partition][offset], None)
+        outstanding += not isinstance(taken, Again)
         if taken is Again.RELEASED:
             assert (partition, offset) in done, "acknowledged at once, never done"
             acknowledge(partition, offset)
@@ -60,6 +68,8 @@ def test_any_interleaving_keeps_each_users_order_and_never_commits_past_an_unfin
         assert not never_done, f"committed past unfinished records {never_done}"
 
     def finish(i: int) -> None:
+        nonlocal outstanding
+        outstanding -= 1
         entry = running.pop(i % len(running))
         done.add((entry.partition, entry.offset))
         result = order.finish(entry)
@@ -78,6 +88,7 @@ def test_any_interleaving_keeps_each_users_order_and_never_commits_past_an_unfin
             deliver(step)
         elif running:
             finish(step - 3)
+        counted()
     while running or any(position[p] < len(log[p]) for p in range(3)):
         if running:
             finish(0)
@@ -86,7 +97,7 @@ def test_any_interleaving_keeps_each_users_order_and_never_commits_past_an_unfin
 
     assert done == {(p, o) for p in range(3) for o in range(len(log[p]))}  # every record ran
     assert committed == {p: len(log[p]) for p in range(3)}  # and every offset was committed
-    assert len(order) == 0 and order.running() == 0
+    assert len(order) == 0 and order.running() == 0 and order.waiting() == 0
 
 
 def test_a_later_record_of_the_same_key_waits_and_other_keys_do_not() -> None:
@@ -95,11 +106,12 @@ def test_a_later_record_of_the_same_key_waits_and_other_keys_do_not() -> None:
     assert first is not None
     assert order.add(0, 11, b"u1", "u1 second") is None  # behind its user's first
     other = order.add(0, 12, b"u2", "u2")
-    assert other is not None and order.running() == 2
+    assert other is not None and order.running() == 2 and order.waiting() == 1
     done = order.finish(other)
     assert done.start is None and done.released == []  # offset 12 waits for 10 and 11
     done = order.finish(first)
     assert done.start is not None and done.start.item == "u1 second"
+    assert order.running() == 1 and order.waiting() == 0
     assert [e.offset for e in done.released] == [10]
     done = order.finish(done.start)
     assert [e.offset for e in done.released] == [11, 12]

@@ -8,17 +8,19 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from memstream.adapters.broker import Broker
-from memstream.adapters.kafka import read_topic, settled
+from memstream.adapters.kafka import read_topic
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
+from memstream.apps.status import IN_FLIGHT, QUEUED, settled
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
 from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
@@ -150,3 +152,40 @@ def test_llm_output_invalid_after_the_repair_is_dead_lettered(run: Run) -> None:
     assert dead.source_topic.endswith(CONSOLIDATION.name)
     assert ConsolidationRequest.from_bytes(dead.original).request_id in {r.request_id for r in run.requests}
     assert "facts" in dead.detail
+
+
+def test_status_shows_consolidation_in_flight_while_an_llm_call_is_slow(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """`memstream status` counts the record whose LLM call is still running, and settled waits for
+    it; once the calls are answered, nothing is in flight or queued."""
+    with OpenAIServer() as server:
+        server.chat_responder = respond
+        server.chat_delay_s = 3.0
+        pipeline = make_pipeline(
+            broker,
+            tmp_path,
+            MEMSTREAM_LLM_BASE_URL=server.base_url,
+            MEMSTREAM_LLM_MODEL="test-model",
+            MEMSTREAM_LLM_CONCURRENCY="1",
+        ).start()
+        settings = pipeline.settings
+
+        def in_flight() -> float:
+            shown = pipeline.cli("status", "--json")
+            return sum(orjson.loads(shown.stdout).get(IN_FLIGHT, {}).values()) if shown.returncode == 0 else 0
+
+        try:
+            turns = [RawRecord(t.key, t.to_bytes()) for t in generate(users=2, days=3, seed=9)]
+            asyncio.run(replay(settings, turns, wait=True, progress=False))
+            wait_for(in_flight, 120, "a consolidation record in flight")
+            assert not asyncio.run(settled(settings)), "settled while a record is in flight"
+            shown = pipeline.cli("status").stdout
+            assert "in flight consolidation" in shown and "in flight windows" in shown, shown
+            server.chat_delay_s = 0.0
+            wait_for(lambda: asyncio.run(settled(settings)), 180, "consolidation to settle")
+            done = orjson.loads(pipeline.cli("status", "--json").stdout)
+        finally:
+            pipeline.stop()
+    assert sum(done[IN_FLIGHT].values()) == 0 and sum(done[QUEUED].values()) == 0, done
+    assert {"consolidation", "windows", "deferred"} <= set(done[IN_FLIGHT]), done

@@ -96,13 +96,27 @@ def is_i(word: str) -> bool:
     return low == "i" or low.startswith(("i'", "i’"))
 
 
-def _utterances(text: str) -> list[tuple[str | None, str]]:
+def _opening(line: str, speakers: Sequence[str]) -> tuple[str, str] | None:
+    """The speaker and content of a line that opens an utterance, else None. With the unit's
+    ``speakers`` known, only a line opening with one of them does (the longest first: a name may
+    hold ": "): a message's content may hold line breaks, a caption or a "Name: ..." line of its own.
+    Otherwise any ``speaker: `` prefix but a bracketed aside ("[shares a photo: ...]")."""
+    if speakers:
+        said = next(
+            (sp for sp in sorted(speakers, key=len, reverse=True) if line.startswith(f"{sp}: ")), None
+        )
+        return None if said is None else (said, line[len(said) + 2 :])
+    m = _UTTERANCE.match(line)
+    return (m["speaker"].strip(), m["content"]) if m and not m["speaker"].lstrip().startswith("[") else None
+
+
+def _utterances(text: str, speakers: Sequence[str]) -> list[tuple[str | None, str]]:
     """A unit's ``speaker: content`` lines; a line without a speaker continues the previous one."""
     out: list[tuple[str | None, str]] = []
     for line in text.splitlines():
-        m = _UTTERANCE.match(line)
-        if m:
-            out.append((m["speaker"].strip(), m["content"]))
+        opened = _opening(line, speakers)
+        if opened:
+            out.append(opened)
         elif line.strip():
             speaker = out[-1][0] if out else None
             out.append((speaker, line))
@@ -126,7 +140,7 @@ def _events_in(text: str, known: Sequence[EventTime], said: datetime) -> tuple[E
 def _unit_sentences(source: Source, index: int, zone: ZoneInfo) -> list[Sentence]:
     said = source.ts.astimezone(zone)
     out: list[Sentence] = []
-    for speaker, content in _utterances(source.text):
+    for speaker, content in _utterances(source.text, source.speakers):
         for piece in split_sentences(content):
             events = _events_in(piece, source.event_times, said)
             out.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -37,20 +38,35 @@ TOPIC_STATEMENTS = 3
 PERSONA_STATEMENTS = 5
 
 
-def _speakers(pool: Iterable[Sentence]) -> list[str]:
-    return list(dict.fromkeys(s.speaker for s in pool if s.speaker))
+def _participants(children: Sequence[Source], pool: Iterable[Sentence]) -> list[str]:
+    """Who took part: the units' speakers as sent; the parsed speakers only for sources that carry
+    none (built by hand, not from a ``Unit``)."""
+    sent = [sp for child in canonical(children) for sp in child.speakers]
+    return list(dict.fromkeys(sent or (s.speaker for s in pool if s.speaker)))
 
 
-def _summary_header(kind: MemoryKind, start: datetime, pool: Sequence[Sentence], zone: ZoneInfo) -> str:
+def _summary_header(kind: MemoryKind, start: datetime, names: Sequence[str], zone: ZoneInfo) -> str:
     day = render_date(start, zone)
     if kind is MemoryKind.SESSION:
-        names = _speakers(pool)
         return f"Session on {day} ({', '.join(names)}):" if names else f"Session on {day}:"
     if kind is MemoryKind.DAY:
         return f"Day {day}:"
     if kind is MemoryKind.WEEK:
         return f"Week of {day}:"
     return f"{kind.value.capitalize()} from {day}:"
+
+
+_SUMMARY_HEADER = re.compile(r"(?:Session on|Day|Week of) [^\n]*:")
+
+
+def retitled(text: str, kind: MemoryKind, start: datetime, zone: ZoneInfo) -> str:
+    """A day's or a week's text taken whole from its one child, under its own header ("Day 8 May
+    2023:", not the session's "Session on ... (names):"). A text without such a header (the LLM
+    writer's) is left as it is."""
+    first, newline, rest = text.partition("\n")
+    if not _SUMMARY_HEADER.fullmatch(first):
+        return text
+    return f"{_summary_header(kind, start, (), zone)}{newline}{rest}"
 
 
 def summary(
@@ -64,7 +80,7 @@ def summary(
     """A header line, then the children's centroid-nearest sentences in time order, leaving out what
     the most recent ``history`` summary already says (unless nothing else is left)."""
     pool = sentences(children, scope.zone)
-    header = _summary_header(kind, start, pool, scope.zone)
+    header = _summary_header(kind, start, _participants(children, pool), scope.zone)
     latest = canonical(history)[-1:]
     said = frozenset(sentence_key(s) for s in sentences(latest, scope.zone))
     ranked = rank(informative(pool))

@@ -86,6 +86,11 @@ CONSOLIDATION_IN_FLIGHT = Gauge(
     "Records a consolidation stage (consolidation, windows, deferred) works on now, one per user at most",
     ["stage"],
 )
+CONSOLIDATION_QUEUED = Gauge(
+    "memstream_consolidation_queued",
+    "Records a consolidation stage has taken that wait behind their user's record in flight",
+    ["stage"],
+)
 CONSOLIDATION_QUEUE_WAIT = Histogram(
     "memstream_consolidation_queue_wait_seconds",
     "Time from a record's write to its topic until its consolidation stage starts on it",
@@ -146,7 +151,8 @@ WORKER_RECALLS_SHED = Counter(
 
 
 def snapshot() -> dict[str, dict[str, float]]:
-    """Current counter values keyed by name and label values, for ``memstream status``."""
+    """Current counter values, and the consolidation stages' work in flight and queued, keyed by
+    name and label values, for ``memstream status``."""
     out: dict[str, dict[str, float]] = {}
     for counter in (
         TURNS_INGESTED,
@@ -168,6 +174,9 @@ def snapshot() -> dict[str, dict[str, float]]:
             for sample in metric.samples:
                 if sample.name.endswith("_total"):
                     values["/".join(sample.labels.values()) or "all"] = sample.value
+    for gauge in (CONSOLIDATION_IN_FLIGHT, CONSOLIDATION_QUEUED):
+        for metric in gauge.collect():
+            out[metric.name] = {"/".join(s.labels.values()): s.value for s in metric.samples}
     return out
 
 

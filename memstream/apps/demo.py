@@ -23,11 +23,10 @@ from typing import Any
 import httpx
 
 from memstream.adapters.broker import free_port, port_open
-from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import read_records
 from memstream.apps.replay import replay
-from memstream.apps.status import fetch_status, render_status
+from memstream.apps.status import fetch_status, render_status, settled
 from schemas.events import Turn
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"

@@ -55,12 +55,11 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from memstream.adapters.broker import free_port
-from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
 from memstream.apps import consolidation_scoring as sc
 from memstream.apps.datasets import locomo_turns, parse_locomo_time, read_records, session_numbers
 from memstream.apps.replay import replay
-from memstream.apps.status import fetch_status
+from memstream.apps.status import fetch_status, settled
 from memstream.core.recall.rank import tokens
 from memstream.core.units import render_text
 from schemas.events import DEFAULT_TENANT

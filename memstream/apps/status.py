@@ -9,7 +9,11 @@ from typing import Any
 
 import orjson
 
+from memstream.adapters import kafka
 from memstream.adapters.settings import Settings
+
+IN_FLIGHT = "memstream_consolidation_in_flight"
+QUEUED = "memstream_consolidation_queued"
 
 
 def worker_ports(settings: Settings) -> list[int]:
@@ -26,6 +30,18 @@ def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=timeout) as resp:
             parts.append(dict(orjson.loads(resp.read())))
     return merge_status(parts)
+
+
+def consolidating(status: dict[str, Any]) -> float:
+    """Records the consolidation stages work on or hold behind a user's record in flight."""
+    return sum(status.get(IN_FLIGHT, {}).values()) + sum(status.get(QUEUED, {}).values())
+
+
+async def settled(settings: Settings) -> bool:
+    """Whether every accepted turn's consolidation is done: no stage works on or holds a record
+    (a slow LLM call keeps its record in flight while the topics show no lag), then every record
+    of the topics after ingest committed (:func:`memstream.adapters.kafka.settled`)."""
+    return not consolidating(fetch_status(settings)) and await kafka.settled(settings)
 
 
 def merge_status(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -74,6 +90,10 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"consolidations {label:<18}{n:>8,.0f}")
     for label, n in sorted(status.get("memstream_memory_updates", {}).items()):
         lines.append(f"memory updates {label:<18}{n:>8,.0f}")
+    in_flight, queued = status.get(IN_FLIGHT, {}), status.get(QUEUED, {})
+    for stage in sorted({*in_flight, *queued}):
+        n, waiting = in_flight.get(stage, 0), queued.get(stage, 0)
+        lines.append(f"in flight {stage:<23}{n:>8,.0f}  ({waiting:,.0f} queued)")
     lag = status.get("lag", {})
     lines.append(f"consumer lag              {sum(lag.values()):>10,.0f}  ({len(lag)} partitions)")
     return "\n".join(lines)

@@ -73,6 +73,10 @@ class KeyOrder(Generic[T]):
         """Records started and not yet done: one per key at most."""
         return len(self._keys)
 
+    def waiting(self) -> int:
+        """Records taken and not yet started: each waits behind its key's running record."""
+        return sum(len(mine) - 1 for mine in self._keys.values())
+
     def add(self, partition: int, offset: int, key: bytes, item: T) -> Entry[T] | Again | None:
         """Take a record as its partition delivers it. Returns its entry when it may start now (no
         earlier record of its key is still to finish), None when it waits behind its key, or
