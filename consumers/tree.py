@@ -5,9 +5,9 @@ is ``memstream.core.tree``. Cost control: a parent with a single child (a day wi
 week with one day) reuses the child's text instead of asking the writer to restate it.
 
 Closing a session also writes its observations (``consumers.extractive.observations``): level-1 memories,
-one per turn that says something, in the third person and dated. Their id is the speaker and the words
-said, so the same thing said again rewrites one memory ("(3 June 2022, again 10 July 2022)"), and a
-redelivered window rewrites the same ones. They are extractive whichever writer writes the tree.
+one per turn that says something, in the third person, dated by their ``start`` (the turn's time). Their
+id is the speaker and the words said, so the same thing said again rewrites one memory ("... (again
+10 July 2022)."), and a redelivered window rewrites the same ones. They are extractive whichever writer writes the tree.
 
 Provenance: a node's ``source_turn_ids`` are the turns its own text carries (what the writer says
 it quoted or cited), its ``covers_turn_ids`` every turn below it (its children's).
@@ -212,14 +212,15 @@ def _observation(window: WindowClosed, mid: str, draft: ObservationDraft) -> Mem
     )
 
 
-_AGAIN = re.compile(r"(?:, again [^()]*)?\)\.$")
+_AGAIN = re.compile(r"(?: \(again [^()]*\))?\.$")
 
 
 def _again(first: Memory, draft: ObservationDraft, zone: ZoneInfo) -> Memory:
-    """``first`` said again at ``draft.said``: "(3 June 2022, again 10 July 2022)." (the latest day only)."""
+    """``first`` said again at ``draft.said``: "Nate has turtles (again 10 July 2022)." (the latest day only;
+    the first is the memory's ``start``)."""
     turns = union(first.source_turn_ids, draft.turn_ids)
     same_day = render_date(draft.said, zone) == render_date(first.start, zone)
-    text = first.text if same_day else _AGAIN.sub(f", again {render_date(draft.said, zone)}).", first.text)
+    text = first.text if same_day else _AGAIN.sub(f" (again {render_date(draft.said, zone)}).", first.text)
     return first.model_copy(
         update={
             "text": text,

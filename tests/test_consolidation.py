@@ -463,23 +463,21 @@ def test_a_closed_session_writes_dated_third_person_observations_of_its_turns(tm
     )
     assert [(m.text, m.source_turn_ids) for m in observed] == [
         (
-            "Nate adopted two turtles and they cheer Nate up every single day (1 January 2024, again"
-            " 15 January 2024).",
+            "Nate adopted two turtles and they cheer Nate up every single day (again 15 January 2024).",
             ["s0-0", "s1-0", "s2-0"],
         ),
         (
-            "Joanna started writing a screenplay about an old lighthouse keeper (1 January 2024, again"
-            " 15 January 2024).",
+            "Joanna started writing a screenplay about an old lighthouse keeper (again 15 January 2024).",
             ["s0-1", "s1-1", "s2-1"],
         ),
         (  # "last weekend" said on 1 and 2 January is one weekend, on 15 January another
             "Nate's turtles love the new tank Nate built for them last weekend (the weekend of"
-            " 30–31 December 2023) (1 January 2024, again 2 January 2024).",
+            " 30–31 December 2023) (again 2 January 2024).",
             ["s0-2", "s1-2"],
         ),
         (
             "Nate's turtles love the new tank Nate built for them last weekend (the weekend of"
-            " 13–14 January 2024) (15 January 2024).",
+            " 13–14 January 2024).",
             ["s2-2"],
         ),
     ]

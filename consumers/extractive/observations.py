@@ -25,17 +25,17 @@ from datetime import datetime
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from consumers.extractive.centrality import is_phatic
-from consumers.extractive.sentences import WORD, Sentence, is_question, sentences, word_set
+from consumers.extractive.sentences import INTERJECTIONS, WORD, Sentence, is_question, sentences, word_set
 from consumers.writer import Scope, Source
-from memstream.core.dates import render_date
 
+MIN_CONTENT = 3
 CHARS_PER_TOKEN = 4  # as recall counts tokens (memstream.core.recall.rank.tokens)
 _ASIDE = re.compile(r"\s*\[[^\]]*\]")  # "[shares a photo: ...]": a caption, not something said
 
 
 @dataclass(frozen=True)
 class ObservationDraft:
-    """What one speaker said in one turn, third person, dated: "Nate has pet turtles (3 June 2022)."."""
+    """What one speaker said in one turn, in the third person: "Nate has pet turtles." (said at ``said``)."""
 
     text: str
     speaker: str
@@ -45,9 +45,8 @@ class ObservationDraft:
 
     @property
     def key(self) -> str:
-        """The same thing said again by the same speaker: its lowercase words, the date note left out."""
-        body = self.text.rsplit(" (", 1)[0]
-        return f"{self.speaker.lower()}|{' '.join(w.lower() for w in WORD.findall(body))}"
+        """The same thing said again by the same speaker: its lowercase words."""
+        return f"{self.speaker.lower()}|{' '.join(w.lower() for w in WORD.findall(self.text))}"
 
 
 def tokens(text: str) -> int:
@@ -62,13 +61,16 @@ _AFTER_I = {
     "am": "is", "'m": "is", "have": "has", "'ve": "has", "do": "does", "don't": "doesn't",
     "'ll": "will", "'d": "would", "haven't": "hasn't", "was": "was",
 }  # fmt: skip
-_UNCHANGED = word_set(
-    "will would can could had did should might must didn't can't won't wasn't couldn't wouldn't "
-    "shouldn't just also really still always never recently finally actually even only already usually "
+_PAST = word_set(
     "went ran saw made got took came gave found told felt left kept thought bought brought began wrote "
     "read met heard knew became won lost spent sent built taught caught chose drew drove ate fell flew "
     "forgot grew held hung hid led lent meant paid put quit rode rang rose sang sat slept spoke stood "
-    "swam threw understood woke wore said sold shot shut cut set hit let hurt"
+    "swam threw understood woke wore said sold shot shut had did tried started finished visited joined "
+    "adopted moved decided bought learned"
+)
+_UNCHANGED = _PAST | word_set(
+    "will would can could should might must didn't can't won't wasn't couldn't wouldn't shouldn't just "
+    "also really still always never recently finally actually even only already usually cut set hit let hurt"
 )
 # Rewritten before "I" is: "I wanna" -> "I want to" -> "Jo wants to".
 _INFORMAL = {"wanna": "want to", "gonna": "going to", "gotta": "have to"}
@@ -89,7 +91,7 @@ def third_person(verb: str) -> str:
 
 
 def _subject_i(m: re.Match[str], name: str) -> str:
-    nxt = m[1].strip()
+    nxt = (m[1] or "").strip()  # "I" ends the sentence: "Sam and I"
     return f"{name} {third_person(nxt)}" if nxt else name
 
 
@@ -98,11 +100,22 @@ def _possessive(text: str, m: re.Match[str], speaker: str) -> str:
     return "their" if speaker in text[: m.start()] else f"{speaker}'s"
 
 
+_SUBJECTLESS = re.compile(r"^(?:(?:just|finally|also|recently|actually)\s+)?([a-z]+)\b", re.IGNORECASE)
+
+
+def _with_subject(text: str, speaker: str) -> str:
+    """A statement that opens on a past-tense verb has dropped its "I": "Lost my job" -> "Jo lost my job"."""
+    m = _SUBJECTLESS.match(text)
+    if m is None or m[1].lower() not in _PAST:
+        return text
+    return f"{speaker} {text[:1].lower()}{text[1:]}"
+
+
 def third_person_text(text: str, speaker: str, other: str | None) -> str:
     """``text`` said by ``speaker`` with I/me/my/mine/myself/we/us/our as names (who "we" are is not
     guessed: "Name and others"; "my" and "our" are "their" after the name), and you/your as ``other``
     when there is one addressee."""
-    s = text.replace("\u2019", "'")
+    s = _with_subject(text.replace("\u2019", "'"), speaker)
     for informal, formal in _INFORMAL.items():
         s = re.sub(rf"\b{informal}\b", formal, s, flags=re.IGNORECASE)
     # "I", or chat's "i" (not "i.e."), and the word after it
@@ -129,9 +142,12 @@ def _content(text: str) -> set[str]:
     return {w for w in (w.lower() for w in WORD.findall(text)) if w not in ENGLISH_STOP_WORDS and len(w) > 2}
 
 
-def informative(s: Sentence) -> bool:
-    """A statement that names something: not a question, not small talk (``centrality.is_phatic``)."""
-    return s.speaker is not None and not is_question(s.text) and not is_phatic(s.text)
+def informative(s: Sentence, names: frozenset[str]) -> bool:
+    """A statement that names something: not a question, not small talk (``centrality.is_phatic``), and
+    MIN_CONTENT content words besides the speakers' names ("That is really great Jon" names nothing)."""
+    if s.speaker is None or is_question(s.text) or is_phatic(s.text):
+        return False
+    return len(_content(s.text) - names - INTERJECTIONS) >= MIN_CONTENT
 
 
 def _idf(units: Sequence[Source]) -> dict[str, float]:
@@ -168,9 +184,10 @@ def observations(scope: Scope, units: Sequence[Source], budget: float) -> list[O
     """The observations of one session's ``units`` (in time order), one per turn that keeps a sentence
     within ``budget`` (a share of the session's raw tokens; 1 or more: every informative sentence)."""
     said = [_strip_aside(s) for s in sentences(units, scope.zone)]
-    pool = [s for s in said if s.text and informative(s)]
-    kept = _budgeted(pool, units, budget)
     speakers = [s.speaker for s in said if s.speaker]
+    names = frozenset(w.lower() for name in speakers for w in WORD.findall(name))
+    pool = [s for s in said if s.text and informative(s, names)]
+    kept = _budgeted(pool, units, budget)
     by_turn: dict[tuple[str, str | None], list[Sentence]] = {}
     for s in kept:
         by_turn.setdefault((s.source_id, s.speaker), []).append(s)
@@ -180,7 +197,7 @@ def observations(scope: Scope, units: Sequence[Source], budget: float) -> list[O
         assert first.speaker is not None  # informative() keeps attributed sentences only
         other = _addressee(speakers, first.speaker)
         body = " ".join(third_person_text(s.anchored, first.speaker, other) for s in group)
-        text = f"{body.rstrip(' .!;,')} ({render_date(first.ts, scope.zone)})."
+        text = f"{body.rstrip(' .!;,')}."
         out.append(ObservationDraft(text, first.speaker, first.ts, (first.source_id,), first.turn_ids))
     return out
 
