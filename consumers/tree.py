@@ -7,7 +7,8 @@ week with one day) reuses the child's text instead of asking the writer to resta
 Closing a session also writes its observations (``consumers.extractive.observations``): level-1 memories,
 one per turn that says something, in the third person, dated by their ``start`` (the turn's time). Their
 id is the speaker and the words said, so the same thing said again rewrites one memory ("... (again
-10 July 2022)."), and a redelivered window rewrites the same ones. They are extractive whichever writer writes the tree.
+10 July 2022)."), and a redelivered window rewrites the same ones. They are extractive whichever writer
+writes the tree.
 
 Provenance: a node's ``source_turn_ids`` are the turns its own text carries (what the writer says
 it quoted or cited), its ``covers_turn_ids`` every turn below it (its children's).

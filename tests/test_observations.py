@@ -77,7 +77,8 @@ def test_questions_and_small_talk_are_dropped_and_each_turn_gives_one_dated_obse
     assert texts == [
         "Nate got their turtles a new tank yesterday (2 June 2022), they love it.",
         "Joanna is writing a screenplay about their grandmother's farm in Ohio.",
-        "Nate and others are hosting a gaming tournament next week (the week of 6 June 2022) at Nate's place.",
+        "Nate and others are hosting a gaming tournament next week (the week of 6 June 2022)"
+        " at Nate's place.",
         "Joanna's screenplay idea is brilliant, Joanna should send it to the festival in Toronto.",
     ]
     assert not any("?" in t or "Hey" in t or "Thanks" in t for t in texts)
