@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from zoneinfo import ZoneInfo
 
 from consumers.extractive.observations import ObservationDraft, observations
@@ -42,6 +44,9 @@ class TreeSummarizer:
         self.embedder = embedder
         self.writer = writer
         self.observation_budget = observation_budget  # share of a session's raw tokens its observations take
+        # One thread, as the extractive writer's: many users' sessions close at once, and their CPU work
+        # must leave the other cores to ingest and recall (consumers/extractive/writer.py).
+        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observations")
 
     async def handle(
         self, store: VectorStore, state: TreeState, window: WindowClosed
@@ -112,7 +117,9 @@ class TreeSummarizer:
     ) -> list[Memory]:
         """The session's observations, each merged into the one said before with the same words."""
         sources = [unit_source(u) for u in units]
-        drafts = await asyncio.to_thread(observations, scope, sources, self.observation_budget)
+        drafts = await asyncio.get_running_loop().run_in_executor(
+            self._cpu, partial(observations, scope, sources, self.observation_budget)
+        )
         ids = [memory_id(MemoryKind.OBSERVATION.value, window.key, d.key) for d in drafts]
         existing = {
             m.memory_id: m for m in (memory_from_payload(h.payload) for h in store.retrieve(MEMORIES, ids))
