@@ -138,7 +138,8 @@ def third_person_text(text: str, speaker: str, other: str | None) -> str:
 # --- what to keep --------------------------------------------------------------------------------------
 
 
-def _content(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
+    """Distinct lowercase words of ``text`` that are not English stop words, three letters or more."""
     return {w for w in (w.lower() for w in WORD.findall(text)) if w not in ENGLISH_STOP_WORDS and len(w) > 2}
 
 
@@ -147,14 +148,14 @@ def informative(s: Sentence, names: frozenset[str]) -> bool:
     MIN_CONTENT content words besides the speakers' names ("That is really great Jon" names nothing)."""
     if s.speaker is None or is_question(s.text) or is_phatic(s.text):
         return False
-    return len(_content(s.text) - names - INTERJECTIONS) >= MIN_CONTENT
+    return len(content_words(s.text) - names - INTERJECTIONS) >= MIN_CONTENT
 
 
 def _idf(units: Sequence[Source]) -> dict[str, float]:
     """Smoothed IDF of each content word over the turns: what few turns say is specific."""
     df: dict[str, int] = {}
     for unit in units:
-        for word in _content(unit.text):
+        for word in content_words(unit.text):
             df[word] = df.get(word, 0) + 1
     n = len(units)
     return {w: math.log((1 + n) / (1 + d)) + 1 for w, d in df.items()}
@@ -165,7 +166,9 @@ def _budgeted(pool: Sequence[Sentence], units: Sequence[Source], budget: float) 
     the units' raw tokens, in time order. Ties go to the earlier sentence, so the choice is deterministic."""
     idf = _idf(units)
     room = budget * sum(tokens(u.text) for u in units)
-    ranked = sorted(pool, key=lambda s: (-round(sum(idf.get(w, 1.0) for w in _content(s.text)), 9), s.order))
+    ranked = sorted(
+        pool, key=lambda s: (-round(sum(idf.get(w, 1.0) for w in content_words(s.text)), 9), s.order)
+    )
     kept: list[Sentence] = []
     for s in ranked:
         size = tokens(s.anchored)
