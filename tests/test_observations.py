@@ -51,6 +51,8 @@ def test_first_person_becomes_the_speakers_name_and_you_the_other_speaker() -> N
     # with no single addressee, the second person stays as said
     assert third_person_text("You rock.", "Jo", None) == "You rock."
     assert third_person_text("Sam and I", "Jo", None) == "Sam and Jo"
+    assert third_person_text("I learnt to accept myself.", "Jo", None) == "Jo learnt to accept themselves."
+    assert third_person_text("It made myself proud.", "Jo", None) == "It made Jo proud."
     assert third_person_text("i think i'm done", "Jo", None) == "Jo thinks Jo is done"
     assert third_person_text("See i.e. this", "Jo", None) == "See i.e. this"
 

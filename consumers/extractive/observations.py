@@ -66,7 +66,7 @@ _PAST = word_set(
     "read met heard knew became won lost spent sent built taught caught chose drew drove ate fell flew "
     "forgot grew held hung hid led lent meant paid put quit rode rang rose sang sat slept spoke stood "
     "swam threw understood woke wore said sold shot shut had did tried started finished visited joined "
-    "adopted moved decided bought learned"
+    "adopted moved decided bought learned learnt dreamt burnt"
 )
 _UNCHANGED = _PAST | word_set(
     "will would can could should might must didn't can't won't wasn't couldn't wouldn't shouldn't just "
@@ -123,7 +123,8 @@ def third_person_text(text: str, speaker: str, other: str | None) -> str:
     s = re.sub(r"\bI\b(?!\.\w)(\s+[A-Za-z']+)?", lambda m: _subject_i(m, speaker), s, flags=re.I)
     # "our flat" is the speaker's too: possessives as "my" ("Tomas and others' flat" reads badly)
     s = re.sub(r"\b(?:my|mine|our|ours)\b", lambda m: _possessive(s, m, speaker), s, flags=re.IGNORECASE)
-    s = re.sub(r"\b(?:me|myself)\b", speaker, s, flags=re.IGNORECASE)
+    s = re.sub(r"\bmyself\b", lambda m: "themselves" if speaker in s[: m.start()] else speaker, s, flags=re.I)
+    s = re.sub(r"\bme\b", speaker, s, flags=re.IGNORECASE)
     s = re.sub(r"\bwe're\b", f"{speaker} and others are", s, flags=re.IGNORECASE)
     s = re.sub(r"\bwe've\b", f"{speaker} and others have", s, flags=re.IGNORECASE)
     s = re.sub(r"\b(?:we|us|ourselves)\b", f"{speaker} and others", s, flags=re.IGNORECASE)
