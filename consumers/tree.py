@@ -187,13 +187,16 @@ def observation_memories(
     existing: Mapping[str, Memory],
     zone: ZoneInfo,
 ) -> list[Memory]:
-    """The memories of ``drafts`` (with ids ``ids``): a draft said after the memory of its id (stored, or
-    earlier in this session) on another day keeps that memory's text and notes the day it was said again."""
+    """The memories of ``drafts`` (with ids ``ids``): a draft of a memory already written (stored, or
+    earlier in this session) from other turns is said again: that memory keeps its text and start, gains
+    the turns, and notes the day when it is another; from the same turns it is redelivered: unchanged."""
     out: dict[str, Memory] = {}
     for mid, draft in zip(ids, drafts, strict=True):
         first = out.get(mid) or existing.get(mid)
-        if first is None or first.start >= draft.said:  # new, or the same turn redelivered
+        if first is None or draft.said < first.start:  # new (or replayed before what was written)
             out[mid] = _observation(window, mid, draft)
+        elif set(draft.turn_ids) <= set(first.source_turn_ids):
+            out[mid] = first
         else:
             out[mid] = _again(first, draft, zone)
     return list(out.values())

@@ -9,8 +9,17 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.extractive.observations import observations, third_person, third_person_text, tokens
+from consumers.extractive.observations import (
+    ObservationDraft,
+    observations,
+    third_person,
+    third_person_text,
+    tokens,
+)
+from consumers.tree import observation_memories
 from consumers.writer import Scope, Source
+from schemas.events import CloseReason, WindowClosed, WindowLevel
+from schemas.memory import MemoryKind
 
 SCOPE = Scope("t", "u", ZoneInfo("UTC"))
 T0 = datetime(2022, 6, 3, 14, 0, tzinfo=UTC)
@@ -151,3 +160,45 @@ def test_every_observation_is_third_person_and_dated_by_its_turn(said: list[str]
     for o in observations(SCOPE, units, 1.0):
         assert o.text.endswith(".") and o.said == units[int(o.source_ids[0][1:])].ts
         assert not any(w in o.text.split() for w in ("I", "my", "me", "we", "our", "you", "your"))
+
+
+# --- merging into memories (consumers.tree.observation_memories) ----------------------------------------
+
+
+def closed(day: int) -> WindowClosed:
+    at = T0 + timedelta(days=day)
+    return WindowClosed(
+        window_id=f"w{day}", tenant="t", user_id="u", level=WindowLevel.SESSION, start=at, end=at,
+        timezone="UTC", session_id=f"s{day}", first_ts=at, last_ts=at, events=1, reason=CloseReason.IDLE,
+    )  # fmt: skip
+
+
+def draft(day: int, turn: str, text: str = "Nate has pet turtles.") -> ObservationDraft:
+    return ObservationDraft(text, "Nate", T0 + timedelta(days=day), (f"u-{turn}",), (turn,))
+
+
+def test_said_again_on_a_later_day_keeps_the_first_memory_and_notes_the_latest_day() -> None:
+    first = observation_memories(closed(0), [draft(0, "D1:1")], ["m"], {}, SCOPE.zone)[0]
+    assert (first.text, first.start, first.source_turn_ids) == ("Nate has pet turtles.", T0, ["D1:1"])
+    again = observation_memories(closed(7), [draft(7, "D2:4")], ["m"], {"m": first}, SCOPE.zone)[0]
+    assert again.text == "Nate has pet turtles (again 10 June 2022)."
+    assert (again.start, again.recorded_at) == (T0, T0 + timedelta(days=7))
+    assert again.source_turn_ids == again.covers_turn_ids == ["D1:1", "D2:4"]
+    assert again.source_unit_ids == ["u-D1:1", "u-D2:4"]
+    latest = observation_memories(closed(9), [draft(9, "D3:2")], ["m"], {"m": again}, SCOPE.zone)[0]
+    assert latest.text == "Nate has pet turtles (again 12 June 2022)."  # the latest day only
+    # redelivered: the same memory again
+    assert observation_memories(closed(9), [draft(9, "D3:2")], ["m"], {"m": latest}, SCOPE.zone) == [latest]
+
+
+def test_the_same_turn_redelivered_or_said_twice_a_day_writes_one_memory_without_a_note() -> None:
+    fresh = observation_memories(closed(0), [draft(0, "D1:1")], ["m"], {}, SCOPE.zone)
+    assert observation_memories(closed(0), [draft(0, "D1:1")], ["m"], {"m": fresh[0]}, SCOPE.zone) == fresh
+    twice = observation_memories(closed(0), [draft(0, "D1:1"), draft(0, "D1:5")], ["m", "m"], {}, SCOPE.zone)
+    assert [(m.text, m.source_turn_ids) for m in twice] == [("Nate has pet turtles.", ["D1:1", "D1:5"])]
+
+
+def test_observation_memories_are_level_one_extractive_and_name_their_turn() -> None:
+    (m,) = observation_memories(closed(0), [draft(0, "D1:1")], ["m"], {}, SCOPE.zone)
+    assert (m.kind, m.level, m.extractive, m.model) == (MemoryKind.OBSERVATION, 1, True, None)
+    assert m.start == m.end == m.recorded_at and m.window_id == "w0" and m.triple is None
