@@ -14,10 +14,10 @@ from consumers.extractive.observations import (
     observations,
     third_person,
     third_person_text,
-    tokens,
 )
 from consumers.tree import observation_memories
 from consumers.writer import Scope, Source
+from memstream.core.recall.rank import tokens
 from schemas.events import CloseReason, WindowClosed, WindowLevel
 from schemas.memory import MemoryKind
 

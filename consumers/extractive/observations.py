@@ -2,10 +2,10 @@
 
 Every informative sentence a speaker says (no question, no small talk) becomes part of an observation of
 its turn, with the first person rewritten to the speaker's name and, between exactly two speakers, the
-second person to the other one, dated by the day it was said:
+second person to the other one; the consolidator dates it by its turn (``Memory.start``):
 
-    Nate: I got my turtles a new tank, they love it!
-    ->  Nate got Nate's turtles a new tank, they love it (3 June 2022).
+    Nate: Hey Joanna! I got my turtles a new tank yesterday, they love it! How are you?
+    ->  Nate got their turtles a new tank yesterday (2 June 2022), they love it.
 
 One observation per turn, whose provenance is that turn. A chat session is mostly informative, and every
 "I" becomes a name, so all of it would cost more than the raw turns: a budget (a share of the session's
@@ -27,9 +27,9 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from consumers.extractive.centrality import is_phatic
 from consumers.extractive.sentences import INTERJECTIONS, WORD, Sentence, is_question, sentences, word_set
 from consumers.writer import Scope, Source
+from memstream.core.recall.rank import tokens
 
-MIN_CONTENT = 3
-CHARS_PER_TOKEN = 4  # as recall counts tokens (memstream.core.recall.rank.tokens)
+MIN_CONTENT = 3  # content words besides the speakers' names, for a sentence to say something
 _ASIDE = re.compile(r"\s*\[[^\]]*\]")  # "[shares a photo: ...]": a caption, not something said
 
 
@@ -49,10 +49,6 @@ class ObservationDraft:
         return f"{self.speaker.lower()}|{' '.join(w.lower() for w in WORD.findall(self.text))}"
 
 
-def tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
 # --- first and second person -> names --------------------------------------------------------------------
 
 # The form a word after "I" takes after a name: auxiliaries and contractions by table, a present-tense
@@ -66,7 +62,7 @@ _PAST = word_set(
     "read met heard knew became won lost spent sent built taught caught chose drew drove ate fell flew "
     "forgot grew held hung hid led lent meant paid put quit rode rang rose sang sat slept spoke stood "
     "swam threw understood woke wore said sold shot shut had did tried started finished visited joined "
-    "adopted moved decided bought learned learnt dreamt burnt"
+    "adopted moved decided learned learnt dreamt burnt"
 )
 _UNCHANGED = _PAST | word_set(
     "will would can could should might must didn't can't won't wasn't couldn't wouldn't shouldn't just "
