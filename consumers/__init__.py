@@ -46,7 +46,7 @@ def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float
     return Consolidation(
         writer=writer,
         recurrence=RecurrenceConsolidator(embedder, writer, theta_sim),
-        tree=TreeSummarizer(embedder, writer),
+        tree=TreeSummarizer(embedder, writer, settings.observation_budget),
         indexer=Indexer(embedder),
         llm=llm,
     )

@@ -4,6 +4,12 @@ A ``WindowClosed`` in, the user's new tree state and memory updates out; the pur
 is ``memstream.core.tree``. Cost control: a parent with a single child (a day with one session, a
 week with one day) reuses the child's text instead of asking the writer to restate it.
 
+Closing a session also writes its observations (``consumers.extractive.observations``): level-1 memories,
+one per turn that says something, in the third person, dated by their ``start`` (the turn's time). Their
+id is the speaker and the words said, so the same thing said again rewrites one memory ("... (again
+10 July 2022)."), and a redelivered window rewrites the same ones. They are extractive whichever writer
+writes the tree.
+
 Provenance: a node's ``source_turn_ids`` are the turns its own text carries (what the writer says
 it quoted or cited), its ``covers_turn_ids`` every turn below it (its children's).
 """
@@ -11,12 +17,19 @@ it quoted or cited), its ``covers_turn_ids`` every turn below it (its children's
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from zoneinfo import ZoneInfo
 
+from consumers.extractive.observations import ObservationDraft, observations
 from consumers.extractive.summaries import retitled
+from consumers.extractive.writer import WRITER_NAME
 from consumers.writer import Scope, Source, Writer, Written, memory_source, stamp, stamp_of, unit_source
 from memstream.core import durative
+from memstream.core.dates import render_date
 from memstream.core.embedder import Embedder, embed_missing
 from memstream.core.memories import MEMORIES, in_period, memory_from_payload, stored_vectors, union, upsert
 from memstream.core.store import Filter, Range, VectorStore, scroll_all
@@ -27,9 +40,13 @@ from schemas.memory import LEVEL, Memory, MemoryKind, MemoryUpdate, memory_id
 
 
 class TreeSummarizer:
-    def __init__(self, embedder: Embedder, writer: Writer) -> None:
+    def __init__(self, embedder: Embedder, writer: Writer, observation_budget: float) -> None:
         self.embedder = embedder
         self.writer = writer
+        self.observation_budget = observation_budget  # share of a session's raw tokens its observations take
+        # One thread, as the extractive writer's: many users' sessions close at once, and their CPU work
+        # must leave the other cores to ingest and recall (consumers/extractive/writer.py).
+        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="observations")
 
     async def handle(
         self, store: VectorStore, state: TreeState, window: WindowClosed
@@ -90,7 +107,24 @@ class TreeSummarizer:
             **(stamp_of(single) if single else stamp(self.writer, stage)),
         )
         state, linked = apply(state, window, node, p.children)
-        return state, [upsert(node), *(upsert(c) for c in linked)]
+        observed = (
+            await self._observations(store, scope, window, units) if p.kind == MemoryKind.SESSION else []
+        )
+        return state, [upsert(node), *(upsert(c) for c in linked), *(upsert(o) for o in observed)]
+
+    async def _observations(
+        self, store: VectorStore, scope: Scope, window: WindowClosed, units: Sequence[Unit]
+    ) -> list[Memory]:
+        """The session's observations, each merged into the one said before with the same words."""
+        sources = [unit_source(u) for u in units]
+        drafts = await asyncio.get_running_loop().run_in_executor(
+            self._cpu, partial(observations, scope, sources, self.observation_budget)
+        )
+        ids = [memory_id(MemoryKind.OBSERVATION.value, window.key, d.key) for d in drafts]
+        existing = {
+            m.memory_id: m for m in (memory_from_payload(h.payload) for h in store.retrieve(MEMORIES, ids))
+        }
+        return observation_memories(window, drafts, ids, existing, scope.zone)
 
     async def durative(self, store: VectorStore, window: WindowClosed) -> list[MemoryUpdate]:
         """One topic and one persona memory per cluster of a closed month's facts (TSM). The
@@ -144,6 +178,69 @@ class TreeSummarizer:
                     )
                 )
         return updates
+
+
+def observation_memories(
+    window: WindowClosed,
+    drafts: Sequence[ObservationDraft],
+    ids: Sequence[str],
+    existing: Mapping[str, Memory],
+    zone: ZoneInfo,
+) -> list[Memory]:
+    """The memories of ``drafts`` (with ids ``ids``): a draft of a memory already written (stored, or
+    earlier in this session) from other turns is said again: that memory keeps its text and start, gains
+    the turns, and notes the day when it is another; from the same turns it is redelivered: unchanged."""
+    out: dict[str, Memory] = {}
+    for mid, draft in zip(ids, drafts, strict=True):
+        first = out.get(mid) or existing.get(mid)
+        if first is None or draft.said < first.start:  # new (or replayed before what was written)
+            out[mid] = _observation(window, mid, draft)
+        elif set(draft.turn_ids) <= set(first.source_turn_ids):
+            out[mid] = first
+        else:
+            out[mid] = _again(first, draft, zone)
+    return list(out.values())
+
+
+def _observation(window: WindowClosed, mid: str, draft: ObservationDraft) -> Memory:
+    return Memory(
+        memory_id=mid,
+        tenant=window.tenant,
+        user_id=window.user_id,
+        kind=MemoryKind.OBSERVATION,
+        level=LEVEL[MemoryKind.OBSERVATION],
+        text=draft.text,
+        start=draft.said,
+        end=draft.said,
+        recorded_at=draft.said,
+        source_turn_ids=list(draft.turn_ids),
+        covers_turn_ids=list(draft.turn_ids),
+        source_unit_ids=list(draft.source_ids),
+        window_id=window.window_id,
+        extractive=True,
+        writer=WRITER_NAME,
+        model=None,
+    )
+
+
+_AGAIN = re.compile(r"(?: \(again [^()]*\))?\.$")
+
+
+def _again(first: Memory, draft: ObservationDraft, zone: ZoneInfo) -> Memory:
+    """``first`` said again at ``draft.said``: "Nate has turtles (again 10 July 2022)." (the latest day only;
+    the first is the memory's ``start``)."""
+    turns = union(first.source_turn_ids, draft.turn_ids)
+    same_day = render_date(draft.said, zone) == render_date(first.start, zone)
+    text = first.text if same_day else _AGAIN.sub(f" (again {render_date(draft.said, zone)}).", first.text)
+    return first.model_copy(
+        update={
+            "text": text,
+            "recorded_at": max(first.recorded_at, draft.said),
+            "source_turn_ids": turns,
+            "covers_turn_ids": union(first.covers_turn_ids, turns),
+            "source_unit_ids": union(first.source_unit_ids, draft.source_ids),
+        }
+    )
 
 
 def session_units(store: VectorStore, window: WindowClosed) -> list[Unit]:

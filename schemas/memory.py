@@ -3,6 +3,7 @@
 Levels follow TiMem's Temporal Memory Tree, with RecMem's memories as leaves beside the units:
 
     level 1  unit (``units`` collection), episode, fact      -- leaves recall activates
+             observation (what a speaker said in a turn, third person, dated; one per turn kept)
     level 2  session summary                                 -- children: the session's units
     level 3  day summary                                     -- children: the day's sessions
     level 4  week summary                                    -- children: the week's days
@@ -33,6 +34,7 @@ from schemas.events import NAMESPACE, Record, StoredIdentifier, TenantId, partit
 class MemoryKind(StrEnum):
     EPISODE = "episode"
     FACT = "fact"
+    OBSERVATION = "observation"
     SESSION = "session"
     DAY = "day"
     WEEK = "week"
@@ -44,6 +46,7 @@ class MemoryKind(StrEnum):
 LEVEL: dict[MemoryKind, int] = {
     MemoryKind.EPISODE: 1,
     MemoryKind.FACT: 1,
+    MemoryKind.OBSERVATION: 1,
     MemoryKind.SESSION: 2,
     MemoryKind.DAY: 3,
     MemoryKind.WEEK: 4,
@@ -101,7 +104,7 @@ class Memory(Record):
         " empty when unknown (LLM output)",
     )
     source_unit_ids: list[str] = Field(
-        default_factory=list, description="episodes and facts: the units of source_turn_ids"
+        default_factory=list, description="episodes, facts and observations: the units of source_turn_ids"
     )
     children: list[str] = Field(default_factory=list, description="tree: the ids it was built from")
     parent_id: str | None = None

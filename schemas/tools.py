@@ -14,14 +14,17 @@ from pydantic import AwareDatetime, BaseModel, Field, model_validator
 from schemas.events import Record
 from schemas.memory import Triple
 
-ToolKind = Literal["unit", "episode", "fact", "session", "day", "week", "profile", "topic", "persona"]
+ToolKind = Literal[
+    "unit", "episode", "fact", "observation", "session", "day", "week", "profile", "topic", "persona"
+]
 TimeOp = Literal["within", "overlaps", "before", "after"]
 OrderBy = Literal["start", "-start", "recorded_at", "-recorded_at"]
 Relation = Literal["node", "parent", "child", "before", "after"]
 
 _KINDS_HELP = (
     "Only return memories of these kinds. unit = one raw exchange (verbatim dialogue); episode = a summary "
-    "of related exchanges; fact = one subject-predicate-object statement; session, day, week = summaries of "
+    "of related exchanges; fact = one subject-predicate-object statement; observation = what one speaker "
+    "said in one exchange, in the third person and dated; session, day, week = summaries of "
     "that period; profile = a monthly profile of the user; topic, persona = durative themes and traits. "
     "Omit to search every kind."
 )

@@ -90,8 +90,10 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     kinds = {m.kind for m in mem.values()}
     assert {MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK} <= kinds
     assert {MemoryKind.PROFILE, MemoryKind.TOPIC, MemoryKind.PERSONA} <= kinds  # 40 days: a month closed
+    assert MemoryKind.OBSERVATION in kinds
     for m in mem.values():
-        assert m.extractive == (consolidation.llm is None)
+        # observations are extractive whichever writer writes the rest (consumers/tree.py)
+        assert m.extractive == (consolidation.llm is None or m.kind == MemoryKind.OBSERVATION)
         if m.kind in (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION):
             assert m.source_turn_ids, m
         for child_id in m.children:
@@ -144,6 +146,7 @@ def test_provenance_names_the_turns_a_memory_states_and_covers_its_subtree(
     mem = memories(store)
     units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
     said = {(u.key, u.turn_id): u.text for u in units}
+    names = sorted({s for u in units for s in u.speakers})  # an observation names who "you" was
     for m in mem.values():
         assert set(m.source_turn_ids) <= set(m.covers_turn_ids)
         assert {(m.key, t) for t in m.covers_turn_ids} <= said.keys()
@@ -154,8 +157,13 @@ def test_provenance_names_the_turns_a_memory_states_and_covers_its_subtree(
             assert {t for c in children for t in c.covers_turn_ids} <= set(m.covers_turn_ids)
             if len(children) == 1 and m.kind != MemoryKind.PROFILE:  # a passthrough: the child's text
                 assert m.source_turn_ids == children[0].source_turn_ids
-        if consolidation.llm is None:  # extractive: every sentence is said in one of its source turns
+        if consolidation.llm is None or m.kind == MemoryKind.OBSERVATION:
+            # extractive: every sentence is said in one of its source turns
             sources = [said[m.key, t] for t in m.source_turn_ids]
+            if m.kind == MemoryKind.OBSERVATION:
+                assert len(m.source_turn_ids) >= 1 and m.source_unit_ids and m.start == m.end
+                # the names "I", "my", "you", "we" became; "we're" -> "... and others are"
+                sources += [*names, *(f"{n}'s" for n in names), "and others are have will would"]
             for body in read_back(m.text):
                 if m.kind in STATING:  # restated in the third person: its words are the turns'
                     assert restates(body, sources), (m.kind, body)
@@ -169,7 +177,7 @@ def test_provenance_names_the_turns_a_memory_states_and_covers_its_subtree(
     shards.close()
 
 
-STATING = (MemoryKind.FACT, MemoryKind.PROFILE, MemoryKind.TOPIC, MemoryKind.PERSONA)
+STATING = (MemoryKind.FACT, MemoryKind.OBSERVATION, MemoryKind.PROFILE, MemoryKind.TOPIC, MemoryKind.PERSONA)
 # What a statement adds to the words it restates: "my" as "their", a plan's or a relation's verb.
 RESTATED = {"their", "theirs", "they", "them", "themselves", "is", "has", "plans", "hopes", "wants", "needs"}
 
@@ -434,4 +442,49 @@ def test_session_day_and_week_headers_name_only_the_speakers_and_hold_no_markup(
             assert named is not None and named[1] == "Nate, Joanna", header
         else:  # a day's or a week's own header, even over a single child
             assert named is None and header.startswith(("Day ", "Week of ")), header
+    shards.close()
+
+
+def test_a_closed_session_writes_dated_third_person_observations_of_its_turns(tmp_path: Path) -> None:
+    """Every session's informative turns become observations (budget 1: all of them), each naming its turn;
+    the same thing said again in a later session is one memory with the day it was said again, and a
+    redelivered window rewrites the same memories."""
+    settings = Settings(data_dir=tmp_path, embedder="hash", observation_budget=1.0)
+    embedder = HashingEmbedder(settings.hash_dim)
+    shards = EdgeShards(
+        tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+    )
+    store = shards.get(0)
+    consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
+    events = asyncio.run(ingest_all(IngestProcessor(settings, embedder, shards), caption_turns(), 64))
+    consolidate(consolidation, store, events)
+    observed = sorted(
+        (m for m in memories(store).values() if m.kind == MemoryKind.OBSERVATION), key=lambda m: m.start
+    )
+    assert [(m.text, m.source_turn_ids) for m in observed] == [
+        (
+            "Nate adopted two turtles and they cheer Nate up every single day (again 15 January 2024).",
+            ["s0-0", "s1-0", "s2-0"],
+        ),
+        (
+            "Joanna started writing a screenplay about an old lighthouse keeper (again 15 January 2024).",
+            ["s0-1", "s1-1", "s2-1"],
+        ),
+        (  # "last weekend" said on 1 and 2 January is one weekend, on 15 January another
+            "Nate's turtles love the new tank Nate built for them last weekend (the weekend of"
+            " 30–31 December 2023) (again 2 January 2024).",
+            ["s0-2", "s1-2"],
+        ),
+        (
+            "Nate's turtles love the new tank Nate built for them last weekend (the weekend of"
+            " 13–14 January 2024).",
+            ["s2-2"],
+        ),
+    ]
+    for m in observed:
+        assert m.level == 1 and m.extractive and m.start == m.end <= m.recorded_at
+        assert "[" not in m.text and "shares a photo" not in m.text
+    first = {k: m.model_dump() for k, m in memories(store).items()}
+    consolidate(consolidation, store, events)  # redelivered windows
+    assert {k: m.model_dump() for k, m in memories(store).items()} == first
     shards.close()

@@ -264,7 +264,8 @@ def test_worker_logged_no_errors(run: Run) -> None:
 def test_extractive_consolidation_builds_episodes_facts_and_the_tree(run: Run) -> None:
     """No LLM configured: the extractive writer consolidates every request and closed window."""
     by_kind = Counter(m.kind for m in run.memories)
-    for kind in (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK):
+    kinds = (MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.OBSERVATION, MemoryKind.SESSION, MemoryKind.DAY)
+    for kind in (*kinds, MemoryKind.WEEK):
         assert by_kind[kind] > 0, by_kind
     assert all(m.extractive and m.model is None for m in run.memories)
     folded = {r for m in run.memories if m.kind == MemoryKind.EPISODE for r in m.request_ids}
@@ -276,6 +277,7 @@ def test_extractive_consolidation_builds_episodes_facts_and_the_tree(run: Run) -
     if LOCOMO.exists():  # the LoCoMo conversations get episodes, facts and a tree too
         locomo = Counter(m.kind for m in run.memories if m.tenant == "locomo")
         assert locomo[MemoryKind.EPISODE] and locomo[MemoryKind.FACT] and locomo[MemoryKind.SESSION]
+        assert locomo[MemoryKind.OBSERVATION]
         assert locomo[MemoryKind.PROFILE] and locomo[MemoryKind.TOPIC] and locomo[MemoryKind.PERSONA]
 
 

@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     llm_daily_token_budget: int = Field(
         0, ge=0, description="tokens per tenant per UTC day, per worker (0 = unlimited); spent = deferred"
     )
+    observation_budget: float = Field(
+        0.25,
+        gt=0,
+        description="share of a closed session's raw tokens its observations (level-1, third-person, "
+        "dated statements) may take; the most specific sentences are kept (1 = every informative one)",
+    )
     durative_delay_s: float = Field(
         60.0, ge=0, description="wait after a month closes before its durative memory is written"
     )

@@ -45,7 +45,7 @@ class Item:
     """A candidate memory or unit, as recall sees it."""
 
     id: str
-    kind: str  # "unit", "episode", "fact", "session", "day", "week", "profile", "topic", "persona"
+    kind: str  # "unit", or a MemoryKind: "episode", "fact", "observation", "session", ..., "persona"
     level: int
     text: str
     start: datetime  # aware; the time it is about
