@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean deploy-tools deploy-check deploy-generate deploy-lock
+.PHONY: install demo test lint bench clean kafka deploy-tools deploy-check deploy-generate deploy-lock
 
 $(BIN)/memstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,14 @@ deploy-generate: install
 # Re-pin the image's dependencies from .venv.
 deploy-lock: install
 	$(BIN)/python -m deploy.lock
+
+# Apache Kafka (issue 28), not part of install or test yet: the broker's jars from Maven Central
+# (deploy/kafka/pom.xml) into .memstream/kafka/<version>/libs; ~45 MB, then cached in ~/.m2.
+# Needs Maven and Java 17+. memstream/adapters/kafka_server.py runs them.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
+kafka:
+	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(CURDIR)/.memstream/kafka/$(KAFKA_VERSION)/libs
 
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
