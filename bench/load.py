@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import orjson
 
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.embedders import make_embedder
+from memstream.adapters.processes import stop_session as stop
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.status import fetch_status
@@ -263,19 +263,6 @@ def wait(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[bytes
                 return
         time.sleep(0.5)
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}; see {log}")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to `memstream up` (it stops its worker and gateway), then its process group."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # only what this run started: its own session
 
 
 def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, subprocess.Popen[bytes], Path]:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from memstream.adapters.processes import command_line, die_with_parent, running
+from memstream.adapters.processes import command_line, die_with_parent, running, stop_child
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_listening(
+    proc: subprocess.Popen[bytes], name: str, port: int, timeout: float, log_path: Path | None, poll_s: float
+) -> None:
+    """Return once ``proc`` (a broker called ``name``) listens on ``port``; BrokerError when it
+    exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BrokerError(f"{name} exited with code {proc.returncode} (log: {log_path})")
+        if port_open(port):
+            return
+        time.sleep(poll_s)
+    raise BrokerError(f"{name} did not open port {port} within {timeout:.0f}s")
 
 
 class Broker:
@@ -110,23 +125,11 @@ class Broker:
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BrokerError(f"Tansu exited with code {self.proc.returncode} (log: {self.log_path})")
-            if port_open(self.port):
-                return
-            time.sleep(0.02)
-        raise BrokerError(f"Tansu did not open port {self.port} within {timeout:.0f}s")
+        wait_listening(self.proc, "Tansu", self.port, timeout, self.log_path, poll_s=0.02)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            stop_child(self.proc, timeout=5)
         if self.pidfile:
             self.pidfile.unlink(missing_ok=True)
         self.proc = None

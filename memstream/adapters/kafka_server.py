@@ -18,12 +18,11 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
-from memstream.adapters.broker import BrokerError, port_open
-from memstream.adapters.processes import die_with_parent
+from memstream.adapters.broker import BrokerError, port_open, wait_listening
+from memstream.adapters.processes import die_with_parent, stop_child
 
 log = logging.getLogger(__name__)
 
@@ -188,25 +187,12 @@ class KafkaServer:
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BrokerError(f"Kafka exited with code {self.proc.returncode} (log: {self.log_path})")
-            if port_open(self.port):
-                return
-            time.sleep(0.1)
-        raise BrokerError(f"Kafka did not open port {self.port} within {timeout:.0f}s")
+        wait_listening(self.proc, "Kafka", self.port, timeout, self.log_path, poll_s=0.1)
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (a controlled shutdown that flushes the log), SIGKILL after ``timeout``."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("Kafka pid %d ignored SIGTERM for %.0fs: killing it", self.proc.pid, timeout)
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc and stop_child(self.proc, timeout):
+            log.warning("Kafka pid %d ignored SIGTERM for %.0fs: killed it", self.proc.pid, timeout)
         self.proc = None
 
     def __enter__(self) -> KafkaServer:

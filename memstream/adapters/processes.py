@@ -8,9 +8,11 @@ itself (``kill -9``), it could not: the kernel stops them instead (``PR_SET_PDEA
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -52,3 +54,25 @@ def command_line(pid: int) -> list[str]:
     except OSError:
         return []
     return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
+def stop_child(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """SIGTERM ``proc`` if it still runs, SIGKILL after ``timeout``; whether it had to be killed."""
+    if proc.poll() is not None:
+        return False
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+        return False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return True
+
+
+def stop_session(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """:func:`stop_child` for a ``memstream up`` started in a session of its own (it stops its
+    broker, workers and gateway), then SIGKILL to that session: only what it started."""
+    stop_child(proc, timeout)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -55,6 +54,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from memstream.adapters.broker import free_port
+from memstream.adapters.processes import stop_session
 from memstream.adapters.settings import Settings
 from memstream.apps import consolidation_scoring as sc
 from memstream.apps.datasets import locomo_turns, parse_locomo_time, read_records, session_numbers
@@ -454,7 +454,7 @@ def run_pipeline(
             settled_s = time.monotonic() - started
             timelines = {u: _timeline(child, u) for u in users}
         finally:
-            _stop(proc)
+            stop_session(proc)
     meta = {
         "path": "memstream up (embedded broker and Qdrant Edge, 1 worker) + replay "
         "+ GET /v1/users/{id}/timeline?min_level=1",
@@ -541,19 +541,6 @@ def _timeline(child: Settings, user_id: str) -> list[Node]:
         )
         for n in body["nodes"]
     ]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the child (it stops its broker, worker and gateway), then its own process group."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # only the session this command started
 
 
 def evaluate(

@@ -265,13 +265,7 @@ class LLMClient:
                 {"role": "assistant", "content": first.content},
                 {"role": "user", "content": _repair_prompt(exc, response_model)},
             ]
-            second = await self._complete(stage, cfg, tenant, repair, response_model)
-            try:
-                value = _parse(second, response_model)
-            except ValidationError as exc2:
-                raise self._rejected(stage, cfg, tenant, second, exc2) from exc2
-            self._count(stage, cfg, tenant, "repaired")
-            return _result(value, first, second)
+            return await self._second_try(stage, cfg, tenant, repair, response_model, first, "repaired")
         self._count(stage, cfg, tenant, "ok")
         return _result(value, first)
 
@@ -292,12 +286,26 @@ class LLMClient:
             raise self._rejected(stage, cfg, tenant, first, error) from error
         self._count(stage, cfg, tenant, "truncated")
         longer = dataclasses.replace(cfg, max_tokens=limit)
-        second = await self._complete(stage, longer, tenant, messages, response_model)
+        return await self._second_try(stage, longer, tenant, messages, response_model, first, "lengthened")
+
+    async def _second_try(
+        self,
+        stage: str,
+        cfg: StageConfig,
+        tenant: str,
+        messages: list[dict[str, str]],
+        response_model: type[T],
+        first: _Completion,
+        outcome: str,
+    ) -> ChatResult[T]:
+        """The one call after an invalid ``first`` (a repair, or a larger limit): valid, counted as
+        ``outcome``; invalid for good, the error to raise."""
+        second = await self._complete(stage, cfg, tenant, messages, response_model)
         try:
             value = _parse(second, response_model)
         except ValidationError as exc:
-            raise self._rejected(stage, longer, tenant, second, exc) from exc
-        self._count(stage, cfg, tenant, "lengthened")
+            raise self._rejected(stage, cfg, tenant, second, exc) from exc
+        self._count(stage, cfg, tenant, outcome)
         return _result(value, first, second)
 
     # -- one completion, with retries ---------------------------------------------------------
