@@ -114,6 +114,7 @@ class LLMWriter:
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
+        said: Sequence[Source] = (),  # not sent: the model reads the children, a prompt of their size
     ) -> Written:
         out = await self._ask(
             "summary",
@@ -133,6 +134,7 @@ class LLMWriter:
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
+        said: Sequence[Source] = (),  # not sent: the model reads traits from the weeks' third person
     ) -> Written:
         out = await self._ask(
             "profile",

@@ -76,15 +76,17 @@ class TreeSummarizer:
             if p.kind == MemoryKind.PROFILE:
                 stage = "profile"
                 previous = memory_source(p.previous) if p.previous else None
-                written = await self.writer.profile(scope, window.start, window.end, children, previous)
+                said = [unit_source(u) for u in units_below(store, window, p.children)]
+                written = await self.writer.profile(scope, window.start, window.end, children, previous, said)
             elif len(p.children) == 1:
                 stage = "passthrough"
                 only = children[0]
                 text = retitled(only.text, p.kind, window.start, scope.zone)
                 written = Written(text, only.turn_ids, only.sentence_turn_ids)
             else:
+                said = [unit_source(u) for u in units_below(store, window, p.children)]
                 written = await self.writer.summary(
-                    scope, p.kind, window.start, window.end, children, history
+                    scope, p.kind, window.start, window.end, children, history, said
                 )
         start, end = hull(window.start, window.end, intervals)
         single = p.children[0] if stage == "passthrough" else None
@@ -241,6 +243,21 @@ def _again(first: Memory, draft: ObservationDraft, zone: ZoneInfo) -> Memory:
             "source_unit_ids": union(first.source_unit_ids, draft.source_ids),
         }
     )
+
+
+def units_below(store: VectorStore, window: WindowClosed, children: Sequence[Memory]) -> list[Unit]:
+    """The units of the turns under ``children`` (what a day, week or month node covers), in time
+    order: a writer tells what was said from them rather than from its children's summaries."""
+    covered = set(union(*(c.covers_turn_ids for c in children)))
+    if not covered:
+        return []
+    start, end = hull(window.start, window.end, [(c.start, c.end) for c in children])
+    flt = Filter(
+        equals={USER_FIELD: window.key},
+        ranges={"ts_epoch": Range(gte=start.timestamp(), lt=end.timestamp() + 1e-3)},
+    )
+    units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS, flt)]
+    return sorted((u for u in units if u.turn_id in covered), key=lambda u: (u.ts, u.unit_id))
 
 
 def session_units(store: VectorStore, window: WindowClosed) -> list[Unit]:

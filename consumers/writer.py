@@ -117,9 +117,11 @@ class Writer(Protocol):
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
+        said: Sequence[Source] = (),
     ) -> Written:
         """A session, day or week summary of ``children`` (units, sessions or days), with
-        ``history`` the w most recent summaries of the same level for continuity."""
+        ``history`` the w most recent summaries of the same level for continuity, and ``said`` the
+        turns below a day or a week (units, in time order) for a writer that tells them itself."""
 
     async def profile(
         self,
@@ -128,8 +130,10 @@ class Writer(Protocol):
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
+        said: Sequence[Source] = (),
     ) -> Written:
-        """The monthly profile: ``previous`` refined with what the month's weeks add."""
+        """The monthly profile: ``previous`` refined with what the month's weeks add; ``said`` the
+        month's turns (units), for a writer that reads traits from what people said themselves."""
 
     async def durative(
         self, scope: Scope, month: datetime, cluster: Sequence[Source]

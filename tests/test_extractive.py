@@ -32,6 +32,7 @@ from consumers.extractive import (
     split_sentences,
     summary,
 )
+from consumers.extractive import digests as ex_digests
 from consumers.extractive.sentences import split_items
 from consumers.extractive.statements import read_statement, statement_list
 from consumers.extractive.summaries import retitled
@@ -652,30 +653,48 @@ def test_a_time_update_supersedes_current_facts_in_the_same_slot() -> None:
 # --- Temporal Memory Tree ---------------------------------------------------------------------------------
 
 
-def test_session_summary() -> None:
-    text = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, []).text
-    header, body = text.split("\n")
-    assert header == "Session on 8 May 2023 (Caroline, Melanie):"
-    assert body.startswith("On 8 May 2023, ")
-    assert "yesterday (7 May 2023)" in body
-    assert len(split_sentences(body)) <= ex.SUMMARY_SENTENCES[MemoryKind.SESSION]
-    assert not bare_relatives(text)
+def test_session_summary_says_who_did_what_in_the_third_person() -> None:
+    written = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, [])
+    assert written.text.split("\n") == [
+        "Session on 8 May 2023 (Caroline, Melanie):",
+        "Caroline went to the LGBTQ support group yesterday (7 May 2023). The support group made Caroline "
+        "feel accepted and gave Caroline courage to embrace Caroline. Caroline loves painting sunsets with "
+        "watercolours.",
+        "Melanie painted that lake sunrise last year (2022)!",
+    ]  # one line per speaker; greetings, questions, reactions and "it was so powerful" left out
+    assert written.sentence_turn_ids == (("u03",), ("u05",), ("u07",), ("u06",))
+    assert not bare_relatives(written.text)
 
 
-def test_day_and_week_summaries_read_their_children_back() -> None:
+def test_day_and_week_summaries_tell_the_turns_below_them() -> None:
     sessions = [
         memory_source(
             f"s{i}", part[-1].ts, summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, []).text
         )
         for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3])
     ]
-    day = summary(SCOPE, MemoryKind.DAY, MON, MON + timedelta(days=1), sessions[:1], []).text
-    assert day.startswith("Day 8 May 2023:\nOn 8 May 2023, ")
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, []).text
-    assert week.startswith("Week of 8 May 2023:\n")
-    assert "On 25 May 2023, " in week and "On 9 June 2023, " in week  # dates survive the round trip
-    assert len(split_sentences(week.split("\n", 1)[1])) <= ex.SUMMARY_SENTENCES[MemoryKind.WEEK]
-    assert not bare_relatives(week)
+    day = summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], [], SESSION_1 + SESSION_2).text
+    assert day.startswith("Day 8 May 2023 (Caroline, Melanie):\nCaroline went to the LGBTQ support group")
+    assert len(day.split("\n")) == 3  # a line per speaker, both sessions in it
+    assert "Melanie ran a charity race for mental health last Saturday (20 May 2023)." in day
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS)
+    lines = week.text.split("\n")
+    assert lines[0] == "Week of 8 May 2023 (Caroline, Melanie):"
+    assert [line[: len("On 25 May 2023, ")] for line in lines[1:]] == [
+        "On 8 May 2023, C", "On 8 May 2023, M", "On 25 May 2023, ", "On 25 May 2023, ", "On 9 June 2023, ",
+        "On 9 June 2023, ",
+    ]  # fmt: skip
+    assert "On 9 June 2023, Caroline moved to Boston last week (the week of 29 May 2023)" in week.text
+    assert not bare_relatives(week.text)
+    # without the turns below it, a day quotes its children's sentences
+    assert summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], []).text.startswith("Day 8 May 2023:\n")
+
+
+def test_a_session_of_small_talk_only_quotes_it() -> None:
+    chat = [SESSION_1[0], SESSION_1[3]]  # a greeting and a reaction: nothing to tell
+    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, chat, []).text.startswith(
+        "Session on 8 May 2023 (Caroline, Melanie):\nOn 8 May 2023, "
+    )
 
 
 def test_summary_avoids_repeating_the_latest_history() -> None:
@@ -850,6 +869,27 @@ def sayers(text: str, units: list[Source]) -> list[tuple[str, ...]]:
     return [tuple(t for u in units if body in u.text for t in u.turn_ids) for body in read_back(text)]
 
 
+# Words the third-person rewrite puts in (observations.third_person_text, digests.compressed).
+TOLD_WORDS = {"and", "others", "is", "are", "has", "does", "doesn't", "hasn't", "will", "would", "their"}
+TOLD_WORDS |= {"themselves", "want", "wants", "to", "going", "have", "i", "m", "s", "the", "of"}
+
+
+def told_by(text: str, units: list[Source]) -> list[tuple[str, ...]]:
+    """Per sentence of a third-person ``text``, the turns of the units that say each of its words (a
+    speaker's name, the words the rewrite adds and a verb's -s aside)."""
+    names = {sp.lower() for u in units for sp in re.findall(r"^(\w+):", u.text, re.M)}
+
+    def said(u: Source) -> set[str]:
+        return third_persons({w.lower() for w in re.findall(r"[^\W\d_]+", u.text)})
+
+    out = []
+    for body in read_back(text):
+        body = re.sub(r"^On [^,]+, ", "", body)  # a week's line names its day
+        wanted = {w.lower() for w in re.findall(r"[^\W\d_]+", body)} - names - TOLD_WORDS
+        out.append(tuple(t for u in units if wanted <= said(u) for t in u.turn_ids))
+    return out
+
+
 def stated_by(text: str, units: list[Source]) -> list[tuple[str, ...]]:
     """Per statement of a statement-line ``text``, the turns that end with its object's last word."""
     parsed = sentences([Source("out", MON, text, (), start=MON)], UTC_ZONE)
@@ -892,18 +932,19 @@ def test_tree_summaries_name_the_turns_they_quote_at_every_level() -> None:
     sessions = []
     for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3]):
         written = summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
-        assert list(written.sentence_turn_ids) == sayers(written.text, part)
+        assert list(written.sentence_turn_ids) == told_by(written.text, part)
         assert set(written.turn_ids) == flat(written.sentence_turn_ids)
         sessions.append(as_memory(f"s{i}", written, part[0].ts, part[-1].ts))
     below = {t for s in sessions for t in s.turn_ids}
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [])
-    assert list(week.sentence_turn_ids) == sayers(week.text, ALL_UNITS)
-    prof = profile(SCOPE, MON, FRI, sessions, None)
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS)
+    assert list(week.sentence_turn_ids) == told_by(week.text, ALL_UNITS)
+    prof = profile(SCOPE, MON, FRI, sessions, None, ALL_UNITS)
     for turns, sayer in zip(prof.sentence_turn_ids, stated_by(prof.text, ALL_UNITS), strict=True):
         assert turns and set(turns) <= set(sayer)
     for written in (week, prof):
         assert set(written.turn_ids) == flat(written.sentence_turn_ids)
-        assert set(written.turn_ids) < below  # it states a few of its children's sentences, not all
+    assert set(week.turn_ids) <= {t for u in ALL_UNITS for t in u.turn_ids}
+    assert set(prof.turn_ids) < below  # it states a few of the sentences, not all
 
 
 def test_a_sentence_of_a_memory_without_a_sentence_map_credits_all_its_turns() -> None:
@@ -1024,7 +1065,7 @@ def test_outputs_are_deterministic_and_independent_of_input_order(
 def test_outputs_use_only_input_words_and_are_never_empty(spec: list[tuple[int, str, list[str]]]) -> None:
     units = build_units(spec)
     allowed = {w.lower() for u in units for w in re.findall(r"[^\W\d_]+", u.text)} | DATE_WORDS
-    allowed |= third_persons(allowed) | STATEMENT_WORDS
+    allowed |= third_persons(allowed) | STATEMENT_WORDS | TOLD_WORDS
     outputs = everything(units)
     eps = episodes(SCOPE, units, None)
     assert len(eps) <= ex.MAX_EPISODES
@@ -1049,7 +1090,12 @@ def test_outputs_name_a_turn_that_says_each_sentence(spec: list[tuple[int, str, 
         (d.text, d.sentence_turn_ids, d.source_ids) for d in episodes(SCOPE, units, None)
     ]
     w = summary(SCOPE, MemoryKind.SESSION, start, end, units, [])
-    outputs.append((w.text, w.sentence_turn_ids, w.turn_ids))
+    if w.text.startswith("Session on") and "\nOn " not in w.text:  # told in the third person
+        for turns, sayer in zip(w.sentence_turn_ids, told_by(w.text, units), strict=True):
+            assert turns and set(turns) <= set(sayer)  # each turn that said it (a repeat is kept once)
+        assert set(w.turn_ids) == flat(w.sentence_turn_ids)
+    else:  # nothing to tell: quoted
+        outputs.append((w.text, w.sentence_turn_ids, w.turn_ids))
     prof = profile(SCOPE, start, end, units, None)
     if "\n" in prof.text and " — " in prof.text:  # statements: each names a turn saying its object
         for turns, sayer in zip(prof.sentence_turn_ids, stated_by(prof.text, units), strict=True):
@@ -1158,7 +1204,7 @@ async def test_locomo_first_sessions() -> None:
     sessions = []
     for i, part in enumerate(parts):
         text = (await writer.summary(scope, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])).text
-        assert text.count("\n") == 1 and text.split("\n")[1]
+        assert all(text.split("\n")) and text.count("\n") <= 2  # a line per speaker
         sessions.append(memory_source(f"s{i}", part[-1].ts, text))
     week = (
         await writer.summary(scope, MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1])
@@ -1180,3 +1226,58 @@ async def test_locomo_first_sessions() -> None:
         assert f.sentence.startswith(f.triple.subject) and f.triple.object in f.sentence
         assert re.search(r"\([^()]*\d{4}[^()]*\)\.$", f.sentence), f.sentence
         assert not re.search(r"(?<![\w-])(?:my|i|me|you|your)(?![\w-])", f.triple.object, re.I), f.triple
+
+
+# --- digests: who did what ----------------------------------------------------------------------------
+
+
+def test_a_profile_reads_traits_from_the_turns_when_the_weeks_are_told_in_the_third_person() -> None:
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, [], [], ALL_UNITS)
+    weeks = [memory_source("w", FRI, week.text)]
+    from_weeks = profile(SCOPE, MON, FRI, weeks, None)
+    from_turns = profile(SCOPE, MON, FRI, weeks, None, ALL_UNITS)
+    assert " — " not in from_weeks.text  # "Caroline loves ..." is no first-person claim: no trait found
+    assert from_turns == profile(SCOPE, MON, FRI, ALL_UNITS, None)
+    assert "Caroline — loves painting sunsets with watercolours" in from_turns.text
+
+
+def test_compressed_drops_fillers_intensifiers_and_a_closing_verdict() -> None:
+    assert ex_digests.compressed(
+        "Wow, Mel! I went to the support group yesterday and it was so powerful."
+    ) == ("I went to the support group yesterday")
+    assert (
+        ex_digests.compressed("I really love painting sunsets, which is relaxing.")
+        == "I love painting sunsets"
+    )
+    assert ex_digests.compressed("Researching adoption agencies.") == "I'm researching adoption agencies."
+    # a participle that is the subject keeps its sentence; a verdict that is all there is stays
+    assert (
+        ex_digests.compressed("Taking care of ourselves is important.")
+        == "Taking care of ourselves is important."
+    )
+    assert ex_digests.compressed("It was amazing, it was so great.") == "It was amazing, it was so great."
+    assert ex_digests.to_listener("You're so brave for sharing that!")
+    assert ex_digests.to_listener("Wow, that sounds amazing!")
+    assert not ex_digests.to_listener("I ran a charity race last Saturday.")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from([s for said in POOL for s in split_sentences(said)]))
+def test_compressed_keeps_what_is_said_and_is_stable(text: str) -> None:
+    short = ex_digests.compressed(text)
+    assert short.strip()
+    assert len(short) <= len(text) + len("I'm ")
+    assert ex_digests.compressed(short) == ex_digests.compressed(ex_digests.compressed(short))
+
+
+def test_chosen_keeps_the_most_specific_within_the_words_without_repeats() -> None:
+    told = ex_digests.told(
+        SCOPE, [*SESSION_1, replace(SESSION_1[2], id="again", ts=THU, turn_ids=("again",))]
+    )
+    caroline = [t for t in told if t.said.speaker == "Caroline"]
+    kept = ex_digests.chosen(caroline, 10)
+    assert sum(len(t.words) for t in kept) <= 10
+    assert [t.said.order for t in kept] == sorted(t.said.order for t in kept)
+    everything = ex_digests.chosen(caroline, 1000)
+    assert len({t.text for t in everything}) == len(everything)  # the repeat on THU is left out
+    assert "again" not in {t.said.source_id for t in everything}

@@ -180,14 +180,32 @@ def _addressee(speakers: Sequence[str], speaker: str) -> str | None:
     return others[0] if len(set(speakers)) == 2 and len(others) == 1 else None
 
 
-def observations(scope: Scope, units: Sequence[Source], budget: float) -> list[ObservationDraft]:
-    """The observations of one session's ``units`` (in time order), one per turn that keeps a sentence
-    within ``budget`` (a share of the session's raw tokens; 1 or more: every informative sentence)."""
+@dataclass(frozen=True)
+class Said:
+    """The informative sentences of some units, and who spoke in them (in order, with repeats)."""
+
+    pool: list[Sentence]
+    speakers: list[str]
+
+    def addressee(self, speaker: str) -> str | None:
+        """Whom ``speaker`` speaks to: the other speaker when exactly two spoke, else no one."""
+        return _addressee(self.speakers, speaker)
+
+
+def informative_sentences(scope: Scope, units: Sequence[Source]) -> Said:
+    """Every informative sentence of ``units`` (captions left out), in time order: what observations
+    are chosen from, and what session, day and week nodes quote in the third person."""
     said = [_strip_aside(s) for s in sentences(units, scope.zone)]
     speakers = [s.speaker for s in said if s.speaker]
     names = frozenset(w.lower() for name in speakers for w in WORD.findall(name))
-    pool = [s for s in said if s.text and informative(s, names)]
-    kept = _budgeted(pool, units, budget)
+    return Said([s for s in said if s.text and informative(s, names)], speakers)
+
+
+def observations(scope: Scope, units: Sequence[Source], budget: float) -> list[ObservationDraft]:
+    """The observations of one session's ``units`` (in time order), one per turn that keeps a sentence
+    within ``budget`` (a share of the session's raw tokens; 1 or more: every informative sentence)."""
+    said = informative_sentences(scope, units)
+    kept = _budgeted(said.pool, units, budget)
     by_turn: dict[tuple[str, str | None], list[Sentence]] = {}
     for s in kept:
         by_turn.setdefault((s.source_id, s.speaker), []).append(s)
@@ -195,7 +213,7 @@ def observations(scope: Scope, units: Sequence[Source], budget: float) -> list[O
     for group in by_turn.values():
         first = group[0]
         assert first.speaker is not None  # informative() keeps attributed sentences only
-        other = _addressee(speakers, first.speaker)
+        other = said.addressee(first.speaker)
         body = " ".join(third_person_text(s.anchored, first.speaker, other) for s in group)
         text = f"{body.rstrip(' .!;,')}."
         out.append(ObservationDraft(text, first.speaker, first.ts, (first.source_id,), first.turn_ids))

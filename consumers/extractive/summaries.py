@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from consumers.extractive.centrality import centrality, in_time_order, informative, rank, select
 from consumers.extractive.claims import TRAITS, has_subject
+from consumers.extractive.digests import digest
 from consumers.extractive.rendering import narrate, render
 from consumers.extractive.sentences import (
     Sentence,
@@ -76,16 +77,24 @@ def summary(
     end: datetime,
     children: Sequence[Source],
     history: Sequence[Source],
+    said: Sequence[Source] = (),
 ) -> Written:
-    """A header line, then the children's centroid-nearest sentences in time order, leaving out what
-    the most recent ``history`` summary already says (unless nothing else is left)."""
+    """Who did what (``digests.digest``): from a session's units, or from ``said``, the turns below a
+    day or a week. With none of them informative, or none given (a day or week without its turns), a
+    header line, then the children's centroid-nearest sentences in time order, leaving out what the
+    most recent ``history`` summary already says (unless nothing else is left)."""
+    turns = children if kind is MemoryKind.SESSION else said
+    if turns:
+        written = digest(scope, kind, start, turns)
+        if written.turn_ids:
+            return written
     pool = sentences(children, scope.zone)
     header = _summary_header(kind, start, _participants(children, pool), scope.zone)
     latest = canonical(history)[-1:]
-    said = frozenset(sentence_key(s) for s in sentences(latest, scope.zone))
+    told = frozenset(sentence_key(s) for s in sentences(latest, scope.zone))
     ranked = rank(informative(pool))
     limit = SUMMARY_SENTENCES.get(kind, DEFAULT_SUMMARY_SENTENCES)
-    chosen = in_time_order(select(ranked, limit, skip=said) or select(ranked, limit))
+    chosen = in_time_order(select(ranked, limit, skip=told) or select(ranked, limit))
     text = f"{header}\n{narrate(chosen, scope.zone)}" if chosen else header
     return provenance(text, chosen, scope.zone)
 
@@ -101,14 +110,17 @@ def profile(
     end: datetime,
     children: Sequence[Source],
     previous: Source | None,
+    said: Sequence[Source] = (),
 ) -> Written:
     """A "Profile as of May 2023:" header, then one line per person of their traits (preferences,
     identity, relations, places, work and the changes to them) as dated statements, each once, the
     previous profile's carried forward; at most PROFILE_STATEMENTS a person, the most recent. With no
-    trait at all, the month's most central sentence, quoted."""
+    trait at all, the month's most central sentence, quoted. Traits are claims of first-person
+    sentences: read from ``said`` (the month's turns) when given, as the weeks tell them in the third
+    person, else from ``children``."""
     zone = scope.zone
     header = f"Profile as of {_last_month(start, end, zone)}:"
-    pool = sentences(children, zone)
+    pool = sentences(said or children, zone)
     kept = memory_sentences(previous, 0, zone) if previous is not None else []
     traits = statements_in([*kept, *pool], zone, lambda t: t in TRAITS)
     if traits:

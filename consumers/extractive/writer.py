@@ -59,8 +59,9 @@ class ExtractiveWriter:
         end: datetime,
         children: Sequence[Source],
         history: Sequence[Source],
+        said: Sequence[Source] = (),
     ) -> Written:
-        return await self._run(partial(summary, scope, kind, start, end, children, history))
+        return await self._run(partial(summary, scope, kind, start, end, children, history, said))
 
     async def profile(
         self,
@@ -69,8 +70,9 @@ class ExtractiveWriter:
         end: datetime,
         children: Sequence[Source],
         previous: Source | None,
+        said: Sequence[Source] = (),
     ) -> Written:
-        return await self._run(partial(profile, scope, start, end, children, previous))
+        return await self._run(partial(profile, scope, start, end, children, previous, said))
 
     async def durative(
         self, scope: Scope, month: datetime, cluster: Sequence[Source]
