@@ -176,6 +176,20 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
             processor.clock,
         )
         ingesting = Ingesting(processor.process, window_state, gone, idle.saved)
+        # Per partition of turns: the offset after the last batch ingested, and when it was.
+        ingested: dict[int, tuple[int, float]] = {}
+
+        def turns_behind() -> set[int]:
+            """Partitions of turns whose log (as of the latest fetch) holds turns not ingested yet, while
+            ingest is working through them: a log end that no batch moved towards for the idle close is
+            not turns (a transaction marker takes an offset) or not ours to wait for."""
+            now, out = processor.clock(), set()
+            for tp in app.consumer.assignment():
+                offset, at = ingested.get(tp.partition, (0, 0.0)) if tp.topic == turns_name else (0, 0.0)
+                high = app.consumer.highwater(tp) if at else None
+                if high is not None and high > offset and now - at < processor.idle_close.total_seconds():
+                    out.add(tp.partition)
+            return out
 
         @app.agent(topic(TURNS))
         async def ingest(stream: faust.StreamT) -> None:
@@ -187,13 +201,19 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
                 records = [received(e) for i, e in enumerate(events) if i not in away]
                 async with writing:
                     await publish(*await ingesting.batch(records))
+                for e in events:
+                    msg, at = e.message, processor.clock()
+                    ingested[msg.partition] = (
+                        max(ingested.get(msg.partition, (0, at))[0], msg.offset + 1),
+                        at,
+                    )
 
         @app.timer(settings.idle_check_interval_s)
         async def close_idle_windows() -> None:
             # Slices of users, the lock released in between so ingest goes on while many close.
             while not interrupted():  # the tables may be recovering: the index is built once whole
                 async with writing:  # between two ingest batches: the states read here stay current
-                    done = idle.close(owned(), readiness.assignments)
+                    done = idle.close(owned(), readiness.assignments, behind=turns_behind())
                     await publish(done)
                 if not done.windows:
                     return

@@ -5,7 +5,7 @@ explicit dependencies and no faust types: records in as ``Received``, decisions 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -44,6 +44,8 @@ RECURRENCE = "recurrence"  # the trigger of a consolidation request
 # Users whose idle windows one call closes: the timer publishes them holding the lock ingest waits
 # for, so a burst of users going idle at once (100,000 after a replay: 2 minutes) goes in slices.
 IDLE_USERS_PER_CLOSE = 1000
+# A user whose partition still holds turns not yet ingested is looked at again this much later.
+BEHIND_RECHECK_S = 1.0
 
 Clock = Callable[[], float]  # epoch seconds
 Sleep = Callable[[float], Awaitable[None]]
@@ -393,10 +395,20 @@ class IdleWindows:
         for key, raw in states.items():
             self.due.set(key, idle_due(UserWindows.from_json(raw), self.idle_close) if raw else None)
 
-    def close(self, owned: set[int], assignment: int, limit: int = IDLE_USERS_PER_CLOSE) -> Done:
+    def close(
+        self,
+        owned: set[int],
+        assignment: int,
+        limit: int = IDLE_USERS_PER_CLOSE,
+        behind: Collection[int] = (),
+    ) -> Done:
         """Close what is due among at most ``limit`` users of ``owned`` partitions (the caller asks
         again while that many were due); ``assignment`` counts the assignments so far: the table
-        holds other users after each one."""
+        holds other users after each one. Idleness is wall-clock time without events, so a user of a
+        partition ``behind`` (turns in its log not ingested yet) is not idle but waiting: their next
+        turn may be among them, and closing now would split one session in two (issue 27: a replay on
+        a loaded machine, one ingest batch slower than the idle close). They are looked at again
+        BEHIND_RECHECK_S later."""
         if self.built_for != assignment:
             self.due.clear()
             # The in-memory table also holds standby copies of other workers' users: not indexed.
@@ -408,6 +420,9 @@ class IdleWindows:
         for key in self.due.pop_due(now, limit):
             raw = self.states.get(key)
             if not raw or self.partition_of(key) not in owned:
+                continue
+            if self.partition_of(key) in behind:
+                self.due.set(key, now + BEHIND_RECHECK_S)
                 continue
             state, done = close_idle(UserWindows.from_json(raw), now=now, idle_close=self.idle_close)
             if done:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memstream.core.due import DueTimes
 from memstream.core.windows import UserWindows, advance, close_idle, idle_due
-from streams.handlers import IdleWindows
+from streams.handlers import BEHIND_RECHECK_S, IdleWindows
 from tests.test_windows import GAP, NOW, UTC, at, feed
 
 keys = st.sampled_from([b"a", b"b", b"c", b"d"])
@@ -149,3 +149,21 @@ def test_a_burst_of_users_going_idle_closes_in_slices() -> None:
         assert done.after is not None
         done.after()  # the slice was delivered: its users' states move on
     assert users == [1_000, 1_000, 500]
+
+
+def test_a_user_of_a_partition_with_turns_not_ingested_yet_is_waiting_not_idle() -> None:
+    """Idleness is wall-clock time without events: on a loaded worker one slow ingest batch can outlast
+    the idle close while the user's next turn waits in the log, and closing then split one session
+    into two nodes (issue 27). A partition behind keeps its users open; once caught up they close."""
+    table, now = states_of(2), [NOW + GAP.total_seconds()]
+    idle = IdleWindows(table, lambda key: 0 if key == b"t/u0" else 1, GAP, lambda: now[0])
+    done = idle.close({0, 1}, assignment=1, behind={0})
+    assert {w.key for w in done.windows} == {"t/u1"}  # partition 1 is caught up
+    assert done.after is not None
+    done.after()
+    assert idle.close({0, 1}, assignment=1, behind={0}).windows == []  # not even due yet
+    now[0] += BEHIND_RECHECK_S
+    assert idle.close({0, 1}, assignment=1, behind={0}).windows == []  # looked at again: still behind
+    now[0] += BEHIND_RECHECK_S
+    closed = idle.close({0, 1}, assignment=1)
+    assert [(w.key, w.level.value) for w in closed.windows][:1] == [("t/u0", "session")]
