@@ -112,6 +112,7 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
             t.ts for t in map(Turn.from_bytes, (r.value for r in records)) if t.user_id == first.user_id
         )
         _ask(f"http://127.0.0.1:{gateway_port}", first.user_id, last)
+        _consolidated(f"http://127.0.0.1:{gateway_port}", first.user_id)
         return 0
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -156,6 +157,26 @@ def _ask(gateway: str, user_id: str, now: datetime) -> None:
         mark = "" if item["current"] else " SUPERSEDED"
         triple = " | ".join(str(v) for v in (item["triple"] or {}).values())
         print(f"  [fact{mark} {item['start'][:10]}] {triple}")
+
+
+OBSERVATIONS_SHOWN = 5
+
+
+def _consolidated(gateway: str, user_id: str) -> None:
+    """What consolidation wrote for the user, from the timeline: a few observations (level 1) and the
+    latest session node, who did what."""
+    headers = {"Authorization": f"Bearer {DEMO_KEY}"}
+    url = f"{gateway}/v1/users/{user_id}/timeline"
+    nodes = httpx.get(url, params={"min_level": 1}, headers=headers, timeout=60).json()["nodes"]
+    observed = [n for n in nodes if n["kind"] == "observation"]
+    print(f"\nGET /v1/users/{user_id}/timeline?min_level=1  ({len(observed)} observations, e.g.)")
+    for n in observed[:OBSERVATIONS_SHOWN]:
+        print(f"  [observation {(n['start'] or '')[:10]}] {' '.join(n['text'].split())[:150]}")
+    sessions = [n for n in nodes if n["kind"] == "session"]
+    if sessions:
+        print("\nthe latest session node:")
+        for line in sessions[-1]["text"].split("\n"):
+            print(f"  {line[:150]}")
 
 
 def _status(settings: Settings) -> dict[str, Any] | None:
