@@ -1258,6 +1258,7 @@ def test_compressed_drops_fillers_intensifiers_and_a_closing_verdict() -> None:
     assert ex_digests.compressed("It was amazing, it was so great.") == "It was amazing, it was so great."
     assert ex_digests.to_listener("You're so brave for sharing that!")
     assert ex_digests.to_listener("Wow, that sounds amazing!")
+    assert ex_digests.to_listener("Sounds like a good fit.")
     assert not ex_digests.to_listener("I ran a charity race last Saturday.")
 
 

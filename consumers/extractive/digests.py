@@ -61,8 +61,11 @@ _PARTICIPLE = re.compile(
     r"should|might|must|does|do|did|looks|seems|sounds|feels|makes|made|helps|gives|means|keeps)\b)",
     re.IGNORECASE,
 )
-# About the listener ("You're so brave") or a reaction ("That sounds amazing"): not the speaker's news.
-_TO_LISTENER = re.compile(rf"^[\"'“‘(]*(?:you|your|you're|you’re|you've|you'll|you'd|{_VERDICT})\b", re.I)
+# About the listener ("You're so brave") or a reaction ("That sounds amazing", "Sounds like a good fit"):
+# not the speaker's news.
+_TO_LISTENER = re.compile(
+    rf"^[\"'“‘(]*(?:you|your|you're|you’re|you've|you'll|you'd|sounds|looks|seems|{_VERDICT})\b", re.I
+)
 
 
 def compressed(text: str) -> str:
