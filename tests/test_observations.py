@@ -57,6 +57,9 @@ def test_first_person_becomes_the_speakers_name_and_you_the_other_speaker() -> N
     )
     assert third_person_text("I wanna see your painting.", "Jo", "Mel") == "Jo wants to see Mel's painting."
     assert third_person_text("I told you so.", "Jo", "Mel") == "Jo told Mel so."
+    assert third_person_text("The team you'd join, you'll like it.", "Jo", "Mel") == (
+        "The team Mel would join, Mel will like it."
+    )
     # with no single addressee, the second person stays as said
     assert third_person_text("You rock.", "Jo", None) == "You rock."
     assert third_person_text("Sam and I", "Jo", None) == "Sam and Jo"

@@ -134,10 +134,12 @@ def chosen(pool: Sequence[Told], words: int) -> list[Told]:
 
 
 def _header(kind: MemoryKind, start: datetime, names: Sequence[str], scope: Scope) -> str:
+    """ "Session on 8 May 2023 (Caroline, Melanie):"; a day's and a week's name no one, as when they carry
+    their one child's text (``summaries.retitled``)."""
     day = render_date(start, scope.zone)
-    who = f" ({', '.join(names)})" if names else ""
-    title = {MemoryKind.SESSION: "Session on", MemoryKind.DAY: "Day", MemoryKind.WEEK: "Week of"}
-    return f"{title.get(kind, kind.value.capitalize() + ' from')} {day}{who}:"
+    if kind is MemoryKind.SESSION:
+        return f"Session on {day} ({', '.join(names)}):" if names else f"Session on {day}:"
+    return f"Day {day}:" if kind is MemoryKind.DAY else f"Week of {day}:"
 
 
 def digest(scope: Scope, kind: MemoryKind, start: datetime, units: Sequence[Source]) -> Written:

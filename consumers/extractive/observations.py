@@ -128,6 +128,8 @@ def third_person_text(text: str, speaker: str, other: str | None) -> str:
         s = re.sub(r"\byour(?:s)?\b", f"{other}'s", s, flags=re.IGNORECASE)
         s = re.sub(r"\byou're\b", f"{other} is", s, flags=re.IGNORECASE)
         s = re.sub(r"\byou've\b", f"{other} has", s, flags=re.IGNORECASE)
+        s = re.sub(r"\byou'd\b", f"{other} would", s, flags=re.IGNORECASE)
+        s = re.sub(r"\byou'll\b", f"{other} will", s, flags=re.IGNORECASE)
         s = re.sub(r"\b(?:you|yourself)\b", other, s, flags=re.IGNORECASE)
     return s[:1].upper() + s[1:]
 
