@@ -112,8 +112,14 @@ def told(scope: Scope, units: Sequence[Source]) -> list[Told]:
         text = third_person_text(compressed(s.anchored), s.speaker, said.addressee(s.speaker))
         words = frozenset(content_words(text)) - names
         if len(words) >= 3:
-            out.append(Told(s, text.rstrip(" ,;") if text.endswith((".", "!")) else f"{text}.", words))
+            out.append(Told(s, _terminated(text), words))
     return out
+
+
+def _terminated(text: str) -> str:
+    """``text`` ending its sentence, so a node's text splits back into the sentences it tells."""
+    body = text.rstrip(" ,;:—–-")
+    return body if body.endswith((".", "!", "…")) else f"{body}."
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -144,7 +150,8 @@ def _header(kind: MemoryKind, start: datetime, names: Sequence[str], scope: Scop
 
 def digest(scope: Scope, kind: MemoryKind, start: datetime, units: Sequence[Source]) -> Written:
     """The node of ``kind`` starting at ``start`` over ``units`` (the turns below it): a dated header
-    naming who spoke, then one line per speaker (a week: per day and speaker) of what they said."""
+    (a session's naming who spoke), then one line per speaker (a week: per day and speaker) of what
+    they said."""
     pool = told(scope, units)
     speakers = list(dict.fromkeys(sp for u in units for sp in u.speakers)) or list(
         dict.fromkeys(t.said.speaker for t in pool if t.said.speaker)
