@@ -1271,6 +1271,13 @@ def test_compressed_keeps_what_is_said_and_is_stable(text: str) -> None:
     assert ex_digests.compressed(short) == ex_digests.compressed(ex_digests.compressed(short))
 
 
+def test_a_weeks_line_reads_on_after_its_day() -> None:
+    since = [unit("s", MON, ("Melanie", "Since we last spoke, the pottery class started and I love it."))]
+    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, [], [], [*since, SESSION_3[0]]).text.split("\n")
+    assert week[1].startswith("On 8 May 2023, since Melanie and others last spoke")  # a function word
+    assert week[2].startswith("On 9 June 2023, Caroline moved to Boston")  # a name stays capitalised
+
+
 def test_chosen_keeps_the_most_specific_within_the_words_without_repeats() -> None:
     told = ex_digests.told(
         SCOPE, [*SESSION_1, replace(SESSION_1[2], id="again", ts=THU, turn_ids=("again",))]

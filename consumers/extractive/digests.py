@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
 from consumers.extractive.observations import content_words, informative_sentences, third_person_text
-from consumers.extractive.sentences import Sentence, provenance, word_set
+from consumers.extractive.sentences import Sentence, provenance
 from consumers.writer import Scope, Source, Written
 from memstream.core.dates import render_date
 from schemas.memory import MemoryKind
@@ -177,10 +179,9 @@ def digest(scope: Scope, kind: MemoryKind, start: datetime, units: Sequence[Sour
     return provenance("\n".join(text_lines), quoted, scope.zone)
 
 
-_FUNCTION_WORD = word_set("the a an it this that these those they there their his her he she")
-
-
 def _lowered(text: str) -> str:
-    """``text`` as it reads after "On <day>, ": a function word that opened it lowercased, a name not."""
+    """``text`` as it reads after "On <day>, ": an opening function word ("Since", "The") lowercased, a
+    name or any other word not."""
     first, _, rest = text.partition(" ")
-    return f"{first.lower()} {rest}".rstrip() if first.lower() in _FUNCTION_WORD else text
+    low = first.lower()
+    return f"{low} {rest}".rstrip() if low in ENGLISH_STOP_WORDS and low != "i" else text
