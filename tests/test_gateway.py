@@ -32,9 +32,18 @@ from memstream.adapters.settings import Settings
 from memstream.apps.demo import SAMPLE
 from memstream.apps.gateway.app import create_app
 from memstream.apps.status import fetch_status
+from memstream.client import (
+    AsyncMemoryClient,
+    AuthenticationError,
+    InvalidRequest,
+    MemoryClient,
+    NotFound,
+    RateLimited,
+)
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 from schemas.events import Tombstone, partition_key
+from schemas.tools import TOOLS
 from schemas.topics import TOMBSTONES
 from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
 
@@ -431,6 +440,131 @@ def test_bad_requests_get_clear_errors(gateway: Gateway) -> None:
         assert r.status_code == 422
         assert c.get("/metrics").text.count("memstream_gateway_requests_total") > 0
     _assert_not_logged(gateway, marker)
+
+
+CHAT = [
+    {"role": "user", "content": "I adopted a greyhound called Pixel last Sunday.", "name": "Dana"},
+    {"role": "assistant", "content": "Congratulations on Pixel!"},
+    {"role": "user", "content": "She already sleeps on the sofa."},
+]
+
+
+def test_a_messages_body_is_stored_once_however_often_it_is_retried(gateway: Gateway) -> None:
+    """The shape chat APIs use, with every default: retried, it is stored once, and the stored
+    turn is the one the first 202 named (the retry's default time differs)."""
+    user = "chat-user-7"
+    with gateway.client() as c:
+        first = c.post("/v1/turns", json={"user_id": user, "messages": CHAT})
+        assert first.status_code == 202, first.text
+        ids = first.json()["turn_ids"]
+        assert first.json()["accepted"] == 2 and len(set(ids)) == 2  # (user, assistant), then user
+        wait_for(
+            lambda: all(c.get(f"/v1/users/{user}/turns/{t}").status_code == 200 for t in ids), 60, "storage"
+        )
+        again = c.post("/v1/turns", json={"user_id": user, "messages": CHAT})
+        assert again.status_code == 202 and again.json() == first.json()
+        keyed = c.post(
+            "/v1/turns", json={"user_id": user, "messages": CHAT[2:]}, headers={"Idempotency-Key": "k1"}
+        )
+        assert keyed.json()["turn_ids"] != ids[1:]  # another request: another turn, even with the same text
+        stored = [c.get(f"/v1/users/{user}/turns/{t}").json() for t in ids]
+        assert [s["content_hash"] for s in stored] == first.json()["content_hashes"]
+        assert {s["session_id"] for s in stored} == {"chat"}
+        recalled = c.post("/v1/recall", json={"user_id": user, "query": "greyhound Pixel"}).json()
+        assert "Dana: I adopted a greyhound" in recalled["context"]
+        assert "assistant: Congratulations" in recalled["context"]
+
+
+def test_each_body_shape_gets_its_own_errors(gateway: Gateway) -> None:
+    """One 422 per shape: a turn's errors name only the turn's fields, a messages body's only its own."""
+    with gateway.client() as c:
+        turn = c.post("/v1/turns", json={**ACME_TURNS[0], "ts": "not a time"})
+        assert turn.status_code == 422
+        assert [e["loc"] for e in turn.json()["detail"]] == [["body", "turn", "ts"]]
+        chat = c.post("/v1/turns", json={"user_id": "u", "messages": [{"role": "system", "content": "x"}]})
+        assert chat.status_code == 422
+        assert [e["loc"] for e in chat.json()["detail"]] == [["body", "messages", "messages", 0, "role"]]
+        batch = c.post("/v1/turns", json={"turns": []})
+        assert [e["loc"] for e in batch.json()["detail"]] == [["body", "batch", "turns"]]
+
+
+def test_the_openapi_document_declares_both_ways_to_send_a_key(gateway: Gateway) -> None:
+    spec = httpx.get(f"{gateway.url}/openapi.json").json()
+    schemes = spec["components"]["securitySchemes"]
+    assert (schemes["HTTPBearer"]["type"], schemes["HTTPBearer"]["scheme"]) == ("http", "bearer")
+    assert schemes["APIKeyHeader"]["in"] == "header" and schemes["APIKeyHeader"]["name"] == "X-API-Key"
+    recall = spec["paths"]["/v1/recall"]["post"]
+    assert {"HTTPBearer": []} in recall["security"] and {"APIKeyHeader": []} in recall["security"]
+    assert "security" not in spec["paths"]["/healthz"]["get"]
+
+
+def test_the_python_client_adds_recalls_runs_tools_and_forgets(gateway: Gateway) -> None:
+    user = "client-user-1"
+    with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+        accepted = memory.add(user, CHAT, idempotency_key="client-1")
+        assert accepted.accepted == 2
+        wait_for(lambda: _stored(memory, user, accepted.turn_ids), 60, "the client's turns to be stored")
+        found = memory.recall(user, "Which dog did I adopt?", budget_tokens=300)
+        assert "greyhound called Pixel" in found.context and found.tokens <= 300
+        assert any(set(i.source_turn_ids) & set(accepted.turn_ids) for i in found.items)
+        assert {t["function"]["name"] for t in memory.tools()} == set(TOOLS)
+        assert memory.tool("semantic_retrieve", user, query="greyhound").items
+        assert memory.timeline(user).user_id == user
+        assert memory.forget(user).units == 2
+        with pytest.raises(NotFound) as gone:
+            memory.turn(user, accepted.turn_ids[0])
+        assert "no turn stored" in gone.value.detail
+
+
+def test_the_python_client_raises_the_servers_reason_and_retries_429(gateway: Gateway) -> None:
+    with MemoryClient(gateway.url, api_key="not-a-key-0123456789") as stranger:
+        with pytest.raises(AuthenticationError) as denied:
+            stranger.recall(USER, "anything")
+        assert denied.value.status == 401 and "API key" in denied.value.detail
+    with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+        with pytest.raises(InvalidRequest) as bad:
+            memory.add("u", [{"role": "system", "content": "x"}])
+        assert bad.value.status == 422 and bad.value.detail[0]["loc"][-1] == "role"
+    # The replica allows 1 request/s after a burst of 3: with no retries the 429 surfaces, with
+    # them the client waits the server's Retry-After and gets through.
+    with MemoryClient(gateway.replica_url, api_key=KEY_ACME, retries=0) as hasty:
+        with pytest.raises(RateLimited) as limited:
+            for _ in range(10):
+                hasty.timeline(USER)
+        assert limited.value.retry_after is not None and limited.value.retry_after >= 1
+    with MemoryClient(gateway.replica_url, api_key=KEY_ACME, retries=5) as patient:
+        assert all(patient.timeline(USER).user_id == USER for _ in range(6))
+
+
+def test_the_async_client_has_the_same_verbs(gateway: Gateway) -> None:
+    async def session() -> None:
+        async with AsyncMemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+            user = "client-user-2"
+            accepted = await memory.add(user, CHAT[:2])
+
+            async def stored() -> bool:
+                try:
+                    await memory.turn(user, accepted.turn_ids[0])
+                except NotFound:
+                    return False
+                return True
+
+            for _ in range(120):
+                if await stored():
+                    break
+                await asyncio.sleep(0.5)
+            found = await memory.recall(user, "greyhound", budget_tokens=200)
+            assert "Pixel" in found.context
+            assert (await memory.forget(user)).units == 1
+
+    asyncio.run(session())
+
+
+def _stored(memory: MemoryClient, user: str, turn_ids: list[str]) -> bool:
+    try:
+        return all(memory.turn(user, t) for t in turn_ids)
+    except NotFound:
+        return False
 
 
 def _json(value: Any) -> bytes:

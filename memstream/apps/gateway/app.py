@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,11 +20,13 @@ from typing import Annotated, Any
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Body as BodyParam
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, Security
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.routing import BaseRoute, Match
@@ -50,6 +52,7 @@ from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
+from memstream.core.chat import turns_from_messages
 from memstream.core.embedder import Embedder
 from memstream.core.memories import MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
@@ -63,6 +66,7 @@ from memstream.core.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
     AnswerResponse,
     DeleteResult,
+    MessagesIn,
     Problem,
     RecallItem,
     RecallRequest,
@@ -73,6 +77,7 @@ from schemas.api import (
     TurnBatch,
     TurnIn,
     TurnsAccepted,
+    TurnsIn,
     TurnStored,
 )
 from schemas.events import (
@@ -374,7 +379,17 @@ def svc_of(request: Request) -> Services:
     return svc
 
 
-async def tenant(request: Request) -> str:
+# Declared so that the OpenAPI document names both ways to send a key (the docs page's Authorize
+# button, generated clients); the key itself is read and checked by the Gate, before any route.
+BEARER = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>`")
+API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="the key in `X-API-Key`")
+
+
+async def tenant(
+    request: Request,
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    _key: Annotated[str | None, Security(API_KEY)],
+) -> str:
     """The caller's tenant, as the ``Gate`` found it from the API key before admitting the request
     (and its rate limit); none there is a 401 (a route the gate did not see as needing one)."""
     found: str | None = request.scope.get("state", {}).get(TENANT_STATE)
@@ -449,19 +464,35 @@ def create_app(settings: Settings) -> FastAPI:
     limits = limits_from(settings.max_turn_bytes, settings.min_ts, settings.max_future_skew_s, settings.zone)
 
     @app.post("/v1/turns", status_code=202, response_model=TurnsAccepted, tags=["ingest"])
-    async def post_turns(body: TurnIn | TurnBatch, tenant: Tenant, svc: Svc) -> TurnsAccepted:
-        """Log one turn or a batch to the ``turns`` topic (acks=all). Idempotent by ``turn_id``:
-        a turn posted again is stored once. Turns are checked as the ingest processor checks them
-        (time zone, time range, size): one invalid turn refuses the whole batch with 422. No LLM
-        on this path."""
-        incoming = body.turns if isinstance(body, TurnBatch) else [body]
+    async def post_turns(
+        body: Annotated[TurnsIn, BodyParam()],
+        tenant: Tenant,
+        svc: Svc,
+        idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    ) -> TurnsAccepted:
+        """Log one turn, a batch, or a user's chat messages to the ``turns`` topic (acks=all).
+        Idempotent by ``turn_id``: a turn posted again is stored once. A messages body's turn ids
+        are derived from ``Idempotency-Key`` or from its content, so its retry is stored once too.
+        Turns are checked as the ingest processor checks them (time zone, time range, size): one
+        invalid turn refuses the whole request with 422. No LLM on this path."""
+        if isinstance(body, MessagesIn):
+            incoming: list[TurnIn] = [
+                TurnIn.model_validate(t.model_dump())
+                for t in turns_from_messages(body, tenant, datetime.now(UTC), idempotency_key)
+            ]
+        else:
+            incoming = body.turns if isinstance(body, TurnBatch) else [body]
         turns = [_owned_turn(t, i, tenant, limits) for i, t in enumerate(incoming)]
         topic = settings.topic(TURNS.name)
+        # A retried messages body has new default times, so its turns differ from the stored
+        # ones: those already stored are answered with their stored hash rather than sent again.
+        stored = await run_in_threadpool(_stored_hashes, svc, turns) if isinstance(body, MessagesIn) else {}
 
         async def send_all() -> None:
             sends = [
                 await svc.producer.send(topic, t.to_bytes(), key=t.key.encode(), timestamp_ms=None)
                 for t in turns
+                if t.turn_id not in stored
             ]
             await asyncio.gather(*sends)
 
@@ -477,7 +508,7 @@ def create_app(settings: Settings) -> FastAPI:
         return TurnsAccepted(
             accepted=len(turns),
             turn_ids=[t.turn_id for t in turns],
-            content_hashes=[content_hash(t) for t in turns],
+            content_hashes=[stored.get(t.turn_id) or content_hash(t) for t in turns],
         )
 
     @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
@@ -684,6 +715,16 @@ def _brief(error: Any) -> dict[str, Any]:
     if isinstance(error.get("input"), str | int | float | bool):
         out["input"] = _printable(error["input"])
     return out
+
+
+def _stored_hashes(svc: Services, turns: Sequence[Turn]) -> dict[str, str]:
+    """turn_id → content hash of those of one user's ``turns`` already stored."""
+    if not turns:
+        return {}
+    first = turns[0]
+    ids = [unit_id_for(first.tenant, first.user_id, t.turn_id) for t in turns]
+    hits = svc.store(first.key).retrieve(UNITS, ids)
+    return {u.turn_id: u.content_hash for u in (unit_from_payload(h.payload) for h in hits)}
 
 
 def _owned_turn(turn: TurnIn, index: int, tenant: str, limits: Limits) -> Turn:
