@@ -29,12 +29,14 @@ from pydantic import BaseModel
 from schemas.api import (
     AnswerResponse,
     DeleteResult,
+    MemoryDeleted,
+    MemoryPage,
     RecallResponse,
     Timeline,
     TurnsAccepted,
     TurnStored,
 )
-from schemas.memory import MemoryUpdate
+from schemas.memory import Memory, MemoryUpdate
 from schemas.tools import ToolResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -163,6 +165,16 @@ def _timeline(user_id: str, start: datetime | None, end: datetime | None, min_le
     return Call("GET", f"/v1/users/{_user(user_id)}/timeline", params=params)
 
 
+def _memories(user_id: str, kind: str | None, level: int | None, limit: int, cursor: str | None) -> Call:
+    params = {"kind": kind, "level": level, "limit": limit, "cursor": cursor}
+    given = {k: v for k, v in params.items() if v is not None}
+    return Call("GET", f"/v1/users/{_user(user_id)}/memories", params=given)
+
+
+def _memory(method: str, memory_id: str) -> Call:
+    return Call(method, f"/v1/memories/{quote(memory_id, safe='')}")
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -272,6 +284,26 @@ class MemoryClient:
     def turn(self, user_id: str, turn_id: str) -> TurnStored:
         """The stored turn (NotFound until it is stored)."""
         return self._get(Call("GET", f"/v1/users/{_user(user_id)}/turns/{_user(turn_id)}"), TurnStored)
+
+    def memories(
+        self, user_id: str, *, kind: str | None = None, level: int | None = None, limit: int = 100
+    ) -> Iterator[Memory]:
+        """Every consolidated memory of the user (of ``kind`` or ``level``), fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self._get(_memories(user_id, kind, level, limit, cursor), MemoryPage)
+            yield from page.memories
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def memory(self, memory_id: str) -> Memory:
+        """One memory with its provenance."""
+        return self._get(_memory("GET", memory_id), Memory)
+
+    def delete_memory(self, memory_id: str) -> MemoryDeleted:
+        """Delete one memory (applied by the worker right after); the user's turns stay."""
+        return self._get(_memory("DELETE", memory_id), MemoryDeleted)
 
     def forget(self, user_id: str) -> DeleteResult:
         """Erase the user's turns and memories everywhere; a tombstone is recorded."""
@@ -383,6 +415,24 @@ class AsyncMemoryClient:
 
     async def turn(self, user_id: str, turn_id: str) -> TurnStored:
         return await self._get(Call("GET", f"/v1/users/{_user(user_id)}/turns/{_user(turn_id)}"), TurnStored)
+
+    async def memories(
+        self, user_id: str, *, kind: str | None = None, level: int | None = None, limit: int = 100
+    ) -> AsyncIterator[Memory]:
+        cursor: str | None = None
+        while True:
+            page = await self._get(_memories(user_id, kind, level, limit, cursor), MemoryPage)
+            for memory in page.memories:
+                yield memory
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def memory(self, memory_id: str) -> Memory:
+        return await self._get(_memory("GET", memory_id), Memory)
+
+    async def delete_memory(self, memory_id: str) -> MemoryDeleted:
+        return await self._get(_memory("DELETE", memory_id), MemoryDeleted)
 
     async def forget(self, user_id: str) -> DeleteResult:
         return await self._get(Call("DELETE", f"/v1/users/{_user(user_id)}"), DeleteResult)

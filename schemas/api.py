@@ -18,7 +18,7 @@ from schemas.events import (
     TenantId,
     Turn,
 )
-from schemas.memory import MemoryKind
+from schemas.memory import Memory, MemoryKind
 from schemas.text import unicode_only
 
 MAX_BATCH = 500
@@ -183,6 +183,19 @@ class TimelineNode(Body):
 class Timeline(Body):
     user_id: str
     nodes: list[TimelineNode] = Field(description="tree nodes overlapping the interval, by start time")
+
+
+class MemoryPage(Body):
+    memories: list[Memory] = Field(
+        description="with provenance (source_turn_ids, covers_turn_ids, children); a page may hold fewer than"
+        " limit when a level is asked for"
+    )
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last")
+
+
+class MemoryDeleted(Body):
+    memory_id: str
+    detail: str
 
 
 class ToolCall(Request):

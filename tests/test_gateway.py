@@ -560,6 +560,40 @@ def test_the_async_client_has_the_same_verbs(gateway: Gateway) -> None:
     asyncio.run(session())
 
 
+def test_memories_are_listed_by_page_read_with_provenance_and_deleted_one_by_one(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+        paged = list(memory.memories(USER, limit=7))
+        assert len({m.memory_id for m in paged}) == len(paged) > 7  # several pages, no repeats
+        assert {m.tenant for m in paged} == {"acme"} and {m.user_id for m in paged} == {USER}
+        sessions = list(memory.memories(USER, kind="session"))
+        assert sessions and {m.level for m in sessions} == {2}
+        assert list(memory.memories(USER, level=2)) == sessions
+        one = next(m for m in paged if m.source_turn_ids)
+        assert memory.memory(one.memory_id) == one
+        assert set(one.source_turn_ids) <= {t["turn_id"] for t in ACME_TURNS}
+        victim = next(m for m in paged if m.kind.value not in ("session", "day", "week"))
+        with MemoryClient(gateway.url, api_key=KEY_GLOBEX) as other:  # another tenant's memory: not found
+            with pytest.raises(NotFound):
+                other.memory(victim.memory_id)
+            with pytest.raises(NotFound):
+                other.delete_memory(victim.memory_id)
+        assert memory.delete_memory(victim.memory_id).memory_id == victim.memory_id
+        wait_for(lambda: _gone(memory, victim.memory_id), 30, "the deleted memory to be gone")
+        assert len(list(memory.memories(USER))) == len(paged) - 1
+        with pytest.raises(InvalidRequest):
+            memory.memory("not-a-memory-id")
+
+
+def _gone(memory: MemoryClient, memory_id: str) -> bool:
+    try:
+        memory.memory(memory_id)
+    except NotFound:
+        return True
+    return False
+
+
 def _stored(memory: MemoryClient, user: str, turn_ids: list[str]) -> bool:
     try:
         return all(memory.turn(user, t) for t in turn_ids)

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from uuid import UUID
 
 import orjson
 from aiokafka import AIOKafkaProducer
@@ -54,7 +55,7 @@ from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import UpdateHub
 from memstream.core.chat import turns_from_messages
 from memstream.core.embedder import Embedder
-from memstream.core.memories import MEMORIES, memory_from_payload
+from memstream.core.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
 from memstream.core.recall.engine import Recalled
@@ -66,6 +67,8 @@ from memstream.core.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
     AnswerResponse,
     DeleteResult,
+    MemoryDeleted,
+    MemoryPage,
     MessagesIn,
     Problem,
     RecallItem,
@@ -88,8 +91,9 @@ from schemas.events import (
     partition_key,
     unit_id_for,
 )
+from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.tools import TOOLS, ToolResult, openai_tools
-from schemas.topics import TOMBSTONES, TURNS
+from schemas.topics import MEMORY_UPDATES, TOMBSTONES, TURNS
 
 log = logging.getLogger("memstream.gateway")
 HEARTBEAT_S = 15.0
@@ -646,6 +650,60 @@ def create_app(settings: Settings) -> FastAPI:
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
 
+    @app.get("/v1/users/{user_id}/memories", response_model=MemoryPage, tags=["memories"])
+    def list_memories(
+        user_id: UserId,
+        tenant: Tenant,
+        svc: Svc,
+        kind: Annotated[MemoryKind | None, Query()] = None,
+        level: Annotated[int | None, Query(ge=1, le=5)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: Annotated[UUID | None, Query(description="next_cursor of the page before")] = None,
+    ) -> MemoryPage:
+        """The user's consolidated memories (not the raw turns), a page at a time, optionally of
+        one kind or level; superseded facts included (``current`` false)."""
+        key = partition_key(tenant, user_id)
+        equals = {USER_FIELD: key} | ({KIND_FIELD: kind.value} if kind else {})
+        hits, after = svc.store(key).scroll(
+            MEMORIES, Filter(equals=equals), limit, None if cursor is None else str(cursor)
+        )
+        found = (memory_from_payload(h.payload) for h in hits)
+        return MemoryPage(memories=[m for m in found if level in (None, m.level)], next_cursor=after)
+
+    @app.get(
+        "/v1/memories/{memory_id}",
+        response_model=Memory,
+        tags=["memories"],
+        responses={404: {"model": Problem, "description": "no memory of the key's tenant has this id"}},
+    )
+    def get_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> Memory:
+        """One memory with its provenance: the turns its text carries (``source_turn_ids``), every
+        turn beneath it (``covers_turn_ids``), and its place in the tree (``parent_id``, ``children``)."""
+        return _memory_of(svc, tenant, memory_id)
+
+    @app.delete(
+        "/v1/memories/{memory_id}",
+        status_code=202,
+        response_model=MemoryDeleted,
+        tags=["memories"],
+        responses={404: {"model": Problem, "description": "no memory of the key's tenant has this id"}},
+    )
+    async def delete_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> MemoryDeleted:
+        """Delete one memory: a ``delete`` record on ``memory.updates`` (acks=all), which the
+        worker applies as it applies consolidation's own, in order; the user's turns stay."""
+        memory = await run_in_threadpool(_memory_of, svc, tenant, memory_id)
+        update = MemoryUpdate(
+            op=MemoryOp.DELETE, memory_id=memory.memory_id, tenant=memory.tenant, user_id=memory.user_id
+        )
+        topic = settings.topic(MEMORY_UPDATES.name)
+        try:
+            with svc.drain.admit():
+                send = svc.producer.send_and_wait(topic, update.to_bytes(), key=memory.key.encode())
+                await asyncio.wait_for(send, SEND_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
+        return MemoryDeleted(memory_id=memory.memory_id, detail="deleted once the worker applies it")
+
     @app.delete("/v1/users/{user_id}", response_model=DeleteResult, tags=["users"])
     async def delete_user(user_id: UserId, tenant: Tenant, svc: Svc) -> DeleteResult:
         """Forget a user: every unit and memory of theirs, in every collection; a tombstone is
@@ -715,6 +773,17 @@ def _brief(error: Any) -> dict[str, Any]:
     if isinstance(error.get("input"), str | int | float | bool):
         out["input"] = _printable(error["input"])
     return out
+
+
+def _memory_of(svc: Services, tenant: str, memory_id: UUID) -> Memory:
+    """The tenant's memory of this id, looked for in every partition's store (an id names no
+    user, so no partition); 404 when none of the tenant's has it."""
+    for p in range(svc.settings.topic_partitions):
+        for hit in svc.shards.get(p).retrieve(MEMORIES, [str(memory_id)]):
+            memory = memory_from_payload(hit.payload)
+            if memory.tenant == tenant:
+                return memory
+    raise HTTPException(404, "no memory with this id")
 
 
 def _stored_hashes(svc: Services, turns: Sequence[Turn]) -> dict[str, str]:
