@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from mcp.client.client import Client as McpClient
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.testclient import TestClient
 
@@ -584,6 +588,80 @@ def test_memories_are_listed_by_page_read_with_provenance_and_deleted_one_by_one
         assert len(list(memory.memories(USER))) == len(paged) - 1
         with pytest.raises(InvalidRequest):
             memory.memory("not-a-memory-id")
+
+
+def test_an_mcp_client_lists_the_tools_adds_and_recalls_over_stdio(gateway: Gateway) -> None:
+    """The official MCP SDK's client against `memstream mcp` over stdio, under acme's key."""
+    env = {**os.environ, "MEMSTREAM_GATEWAY_URL": gateway.url, "MEMSTREAM_API_KEY": KEY_ACME}
+    server = StdioServerParameters(command=sys.executable, args=["-m", "memstream.apps.cli", "mcp"], env=env)
+
+    async def session() -> None:
+        async with McpClient(server) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+            assert names == {"add_memory", "recall", "forget", *TOOLS}
+            added = await mcp.call_tool("add_memory", {"user_id": "mcp-user-1", "messages": CHAT[:2]})
+            assert not added.is_error and added.structured_content["accepted"] == 1
+            for _ in range(120):
+                found = await mcp.call_tool("recall", {"user_id": "mcp-user-1", "query": "greyhound"})
+                if "Pixel" in found.structured_content["context"]:
+                    break
+                await asyncio.sleep(0.5)
+            assert "greyhound called Pixel" in found.structured_content["context"]
+            tool = await mcp.call_tool(
+                "lexical_retrieve", {"user_id": "mcp-user-1", "arguments": {"query": "greyhound"}}
+            )
+            assert not tool.is_error and tool.structured_content["items"]
+            bad = await mcp.call_tool("add_memory", {"user_id": "a/b", "messages": CHAT[:1]})
+            assert bad.is_error and "422" in bad.content[0].text  # the gateway's reason reaches the agent
+
+    asyncio.run(session())
+    with gateway.client(KEY_GLOBEX) as other:  # stored under the key's tenant only
+        assert other.get("/v1/users/mcp-user-1/memories").json()["memories"] == []
+        found = other.post("/v1/recall", json={"user_id": "mcp-user-1", "query": "greyhound"}).json()
+        assert found["items"] == []
+
+
+def test_an_mcp_client_over_http_is_served_under_its_own_key(gateway: Gateway, tmp_path: Path) -> None:
+    """Streamable HTTP: the caller's key (not the server's) decides the tenant; no key, no memory."""
+    port = free_port()
+    env = {**os.environ, "MEMSTREAM_GATEWAY_URL": gateway.url}
+    env.pop("MEMSTREAM_API_KEY", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "memstream.apps.cli", "mcp", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=(tmp_path / "mcp.log").open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+    async def call(key: str | None) -> Any:
+        headers = {"X-API-Key": key} if key else {}
+        transport = streamable_http_client(
+            f"http://127.0.0.1:{port}/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=60)
+        )
+        async with McpClient(transport) as mcp:
+            return await mcp.call_tool("add_memory", {"user_id": "mcp-user-2", "messages": CHAT[:2]})
+
+    try:
+        wait_for(lambda: _listening(port), 60, "memstream mcp to listen")
+        added = asyncio.run(call(KEY_GLOBEX))
+        assert not added.is_error and added.structured_content["accepted"] == 1
+        refused = asyncio.run(call(None))
+        assert refused.is_error and "401" in refused.content[0].text
+    finally:
+        terminate(server)
+    with gateway.client(KEY_GLOBEX) as globex:
+        turn = added.structured_content["turn_ids"][0]
+        wait_for(lambda: globex.get(f"/v1/users/mcp-user-2/turns/{turn}").status_code == 200, 60, "storage")
+    with gateway.client(KEY_ACME) as acme:
+        assert acme.get(f"/v1/users/mcp-user-2/turns/{turn}").status_code == 404
+
+
+def _listening(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 def _gone(memory: MemoryClient, memory_id: str) -> bool:
