@@ -175,6 +175,45 @@ def _memory(method: str, memory_id: str) -> Call:
     return Call(method, f"/v1/memories/{quote(memory_id, safe='')}")
 
 
+@dataclass(frozen=True)
+class LiveEvent:
+    """One server-sent event of a user's stream: ``memory`` (``update`` is the change), ``forgotten``
+    (the user was deleted) or ``reset`` (updates were missed: read recall again). ``id`` is the
+    position a reconnect resumes from (memory events only)."""
+
+    kind: str
+    id: str | None
+    update: MemoryUpdate | None
+
+
+@dataclass
+class SseParser:
+    """Server-sent events, line by line (comments and keep-alives skipped)."""
+
+    kind: str = "message"
+    id: str | None = None
+    data: list[str] = field(default_factory=list)
+
+    def feed(self, line: str) -> LiveEvent | None:
+        if line == "":
+            event = None
+            if self.data:
+                body = "\n".join(self.data)
+                update = _update(body) if self.kind == "memory" else None
+                event = LiveEvent(self.kind, self.id, update)
+            self.kind, self.id, self.data = "message", None, []
+            return event
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self.kind = value
+        elif name == "id":
+            self.id = value
+        elif name == "data":
+            self.data.append(value)
+        return None
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -309,15 +348,27 @@ class MemoryClient:
         """Erase the user's turns and memories everywhere; a tombstone is recorded."""
         return self._get(Call("DELETE", f"/v1/users/{_user(user_id)}"), DeleteResult)
 
-    def updates(self, user_id: str) -> Iterator[MemoryUpdate]:
-        """Each change to the user's memory as it happens (server-sent events), until closed."""
-        with self._http.stream("GET", f"/v1/users/{_user(user_id)}/updates", timeout=None) as response:
-            if response.is_error:
-                response.read()
-                raise error_of(response)
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    yield _update(line[6:])
+    def updates(self, user_id: str, last_event_id: str | None = None) -> Iterator[LiveEvent]:
+        """Each change to the user's memory as it happens (server-sent events), until the caller
+        stops. A dropped connection is resumed from the last event received, so none is missed."""
+        path = f"/v1/users/{_user(user_id)}/updates"
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            try:
+                with self._http.stream(
+                    "GET", path, headers=headers, timeout=httpx.Timeout(30.0, read=None)
+                ) as r:
+                    if r.is_error:
+                        r.read()
+                        raise error_of(r)
+                    parser = SseParser()
+                    for line in r.iter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            last_event_id = event.id or last_event_id
+                            yield event
+            except httpx.TransportError:
+                time.sleep(0.5)
 
 
 class AsyncMemoryClient:
@@ -437,11 +488,21 @@ class AsyncMemoryClient:
     async def forget(self, user_id: str) -> DeleteResult:
         return await self._get(Call("DELETE", f"/v1/users/{_user(user_id)}"), DeleteResult)
 
-    async def updates(self, user_id: str) -> AsyncIterator[MemoryUpdate]:
-        async with self._http.stream("GET", f"/v1/users/{_user(user_id)}/updates", timeout=None) as response:
-            if response.is_error:
-                await response.aread()
-                raise error_of(response)
-            async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    yield _update(line[6:])
+    async def updates(self, user_id: str, last_event_id: str | None = None) -> AsyncIterator[LiveEvent]:
+        path = f"/v1/users/{_user(user_id)}/updates"
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            try:
+                timeout = httpx.Timeout(30.0, read=None)
+                async with self._http.stream("GET", path, headers=headers, timeout=timeout) as r:
+                    if r.is_error:
+                        await r.aread()
+                        raise error_of(r)
+                    parser = SseParser()
+                    async for line in r.aiter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            last_event_id = event.id or last_event_id
+                            yield event
+            except httpx.TransportError:
+                await asyncio.sleep(0.5)

@@ -40,6 +40,7 @@ from memstream.client import (
     AsyncMemoryClient,
     AuthenticationError,
     InvalidRequest,
+    LiveEvent,
     MemoryClient,
     NotFound,
     RateLimited,
@@ -662,6 +663,64 @@ def _listening(port: int) -> bool:
     except httpx.TransportError:
         return False
     return True
+
+
+class _Live(threading.Thread):
+    """A MemoryClient.updates() reader in the background, until a `forgotten` event or its deadline."""
+
+    def __init__(
+        self, url: str, user: str, last_event_id: str | None = None, deadline_s: float = 150
+    ) -> None:
+        super().__init__(daemon=True)
+        self.url, self.user, self.last_event_id, self.deadline = (
+            url,
+            user,
+            last_event_id,
+            time.time() + deadline_s,
+        )
+        self.events: list[LiveEvent] = []
+
+    def run(self) -> None:
+        with MemoryClient(self.url, api_key=KEY_ACME) as memory:
+            for event in memory.updates(self.user, last_event_id=self.last_event_id):
+                self.events.append(event)
+                if event.kind == "forgotten" or time.time() > self.deadline:
+                    return
+
+
+def test_a_client_that_reconnects_with_last_event_id_misses_no_update(gateway: Gateway) -> None:
+    user = "sse-user-1"
+    whole = _Live(gateway.url, user)  # connected the whole time
+    whole.start()
+    time.sleep(1.0)
+    with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+        memory.add(user, CHAT, session_id="s1")
+        first = next(e for e in memory.updates(user) if e.kind == "memory")  # then the connection drops
+        assert first.update is not None and first.update.user_id == user and first.id
+        memory.add(
+            user, [{"role": "user", "content": "Pixel learned to sit on command today."}], session_id="s2"
+        )
+        settings = gateway.pipeline.settings
+        wait_for(lambda: asyncio.run(settled(settings)), 120, "consolidation to settle")
+        wait_for(lambda: _after(whole.events, first.id), 60, "an update the dropped client missed")
+        resumed = _Live(gateway.url, user, last_event_id=first.id)
+        resumed.start()
+        time.sleep(3.0)  # the replay, then live
+        memory.forget(user)
+    whole.join(60)
+    resumed.join(60)
+    assert [e.kind for e in whole.events][-1] == "forgotten" and [e.kind for e in resumed.events][
+        -1
+    ] == "forgotten"
+    # Everything after the first event, in the same order, none twice: the replay joined the live stream.
+    assert [(e.id, e.update) for e in resumed.events[:-1]] == [
+        (e.id, e.update) for e in _after(whole.events, first.id)
+    ]
+
+
+def _after(events: list[LiveEvent], event_id: str | None) -> list[LiveEvent]:
+    ids = [e.id for e in events]
+    return [e for e in events[ids.index(event_id) + 1 :] if e.kind == "memory"] if event_id in ids else []
 
 
 def _gone(memory: MemoryClient, memory_id: str) -> bool:

@@ -52,7 +52,7 @@ from memstream.apps.gateway.auth import (
 from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
-from memstream.apps.gateway.updates import UpdateHub
+from memstream.apps.gateway.updates import Event, UpdateHub, position
 from memstream.core.chat import turns_from_messages
 from memstream.core.embedder import Embedder
 from memstream.core.memories import KIND_FIELD, MEMORIES, memory_from_payload
@@ -624,25 +624,45 @@ def create_app(settings: Settings) -> FastAPI:
         response_class=StreamingResponse,
         responses={200: {"content": {"text/event-stream": {}}}},
     )
-    async def get_updates(user_id: UserId, tenant: Tenant, svc: Svc) -> StreamingResponse:
-        """Server-sent events: one ``memory`` event per change to this user's memory
-        (a MemoryUpdate as JSON), from the moment of connecting."""
+    async def get_updates(
+        user_id: UserId,
+        tenant: Tenant,
+        svc: Svc,
+        last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    ) -> StreamingResponse:
+        """Server-sent events: a ``memory`` event per change to this user's memory (a MemoryUpdate as
+        JSON, its ``id`` its position), and ``forgotten`` when the user is deleted. Reconnecting with
+        ``Last-Event-ID`` first sends the user's changes after it (the last 10,000 records of the
+        user's partition, as long as the topic keeps them; further back a ``reset`` event says to
+        read recall again), then the live ones, none twice."""
         key = partition_key(tenant, user_id)
-        queue = svc.hub.subscribe(key)
+        queue = svc.hub.subscribe(key)  # before the replay, so nothing falls between the two
+        after = position(last_event_id)
+        missed: list[Event] = []
+        partition = end = -1
+        try:
+            if after is not None:
+                missed, partition, end = await svc.hub.missed(key, after)
+        except BaseException:
+            svc.hub.unsubscribe(key, queue)
+            raise
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b": connected\n\n"
+                for earlier in missed:
+                    yield earlier.encode()
                 while True:
                     try:
-                        update = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                        event = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                         continue
-                    if update is None:  # fell too far behind
+                    if event is None:  # fell too far behind
                         return
-                    yield b"event: memory\nid: " + update.memory_id.encode() + b"\ndata: " + update.to_bytes()
-                    yield b"\n\n"
+                    if event.partition == partition and event.offset is not None and event.offset < end:
+                        continue  # sent by the replay
+                    yield event.encode()
             finally:
                 svc.hub.unsubscribe(key, queue)
 
