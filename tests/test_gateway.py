@@ -665,6 +665,15 @@ def _listening(port: int) -> bool:
     return True
 
 
+def test_the_python_agent_example_recalls_what_it_was_told(gateway: Gateway) -> None:
+    env = {**os.environ, "MEMSTREAM_GATEWAY_URL": gateway.url, "MEMSTREAM_API_KEY": KEY_ACME}
+    done = subprocess.run(
+        [sys.executable, "examples/python_agent.py"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Porto half marathon on 14 March" in done.stdout and "User: When is my race" in done.stdout
+
+
 class _Live(threading.Thread):
     """A MemoryClient.updates() reader in the background, until a `forgotten` event or its deadline."""
 
