@@ -344,6 +344,11 @@ class MemoryClient:
         """Delete one memory (applied by the worker right after); the user's turns stay."""
         return self._get(_memory("DELETE", memory_id), MemoryDeleted)
 
+    def export(self, user_id: str) -> bytes:
+        """Everything stored about the user as JSON Lines: turns (``memstream replay`` re-imports
+        them), then ``{"memory": …}`` lines."""
+        return self._send(Call("GET", f"/v1/users/{_user(user_id)}/export")).content
+
     def forget(self, user_id: str) -> DeleteResult:
         """Erase the user's turns and memories everywhere; a tombstone is recorded."""
         return self._get(Call("DELETE", f"/v1/users/{_user(user_id)}"), DeleteResult)
@@ -484,6 +489,9 @@ class AsyncMemoryClient:
 
     async def delete_memory(self, memory_id: str) -> MemoryDeleted:
         return await self._get(_memory("DELETE", memory_id), MemoryDeleted)
+
+    async def export(self, user_id: str) -> bytes:
+        return (await self._send(Call("GET", f"/v1/users/{_user(user_id)}/export"))).content
 
     async def forget(self, user_id: str) -> DeleteResult:
         return await self._get(Call("DELETE", f"/v1/users/{_user(user_id)}"), DeleteResult)

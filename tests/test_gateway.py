@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -672,6 +673,43 @@ def test_the_python_agent_example_recalls_what_it_was_told(gateway: Gateway) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Porto half marathon on 14 March" in done.stdout and "User: When is my race" in done.stdout
+
+
+def test_export_then_forget_then_replay_gives_the_same_recall(gateway: Gateway, tmp_path: Path) -> None:
+    user, said = "export-user-1", datetime(2026, 2, 2, 19, 0, tzinfo=UTC)
+    settings = gateway.pipeline.settings
+    with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:
+        first = memory.add(user, CHAT, session_id="s1", ts=said)
+        second = memory.add(user, CHAT[2:] + CHAT[:2], session_id="s2", ts=said + timedelta(days=1))
+        wait_for(lambda: _stored(memory, user, first.turn_ids + second.turn_ids), 60, "storage")
+        wait_for(lambda: asyncio.run(settled(settings)), 120, "consolidation to settle")
+        before = memory.recall(
+            user, "What is my dog called?", budget_tokens=300, now=said + timedelta(days=2)
+        )
+        exported = memory.export(user)
+        lines = [json.loads(line) for line in exported.splitlines()]
+        turns = [line for line in lines if "memory" not in line]
+        assert [t["turn_id"] for t in turns] == first.turn_ids + second.turn_ids
+        assert {line["memory"]["user_id"] for line in lines if "memory" in line} <= {user}
+        (tmp_path / "export.jsonl").write_bytes(exported)
+        memory.forget(user)
+        with pytest.raises(NotFound):
+            memory.turn(user, first.turn_ids[0])
+        replayed = subprocess.run(
+            [sys.executable, "-m", "memstream.apps.cli", "replay", str(tmp_path / "export.jsonl")],
+            env=gateway.pipeline.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert replayed.returncode == 0 and f"produced {len(turns)} turns" in replayed.stdout, replayed.stderr
+        wait_for(lambda: _stored(memory, user, first.turn_ids + second.turn_ids), 60, "the re-import")
+        stored = [memory.turn(user, t) for t in first.turn_ids]
+        assert [s.content_hash for s in stored] == first.content_hashes  # the same turns, not look-alikes
+        wait_for(lambda: asyncio.run(settled(settings)), 120, "consolidation to settle")
+        after = memory.recall(user, "What is my dog called?", budget_tokens=300, now=said + timedelta(days=2))
+    assert after.context == before.context and "Pixel" in after.context
+    assert [i.text for i in after.items] == [i.text for i in before.items]
 
 
 class _Live(threading.Thread):

@@ -55,6 +55,7 @@ from memstream.apps.gateway.stores import gateway_shards
 from memstream.apps.gateway.updates import Event, UpdateHub, position
 from memstream.core.chat import turns_from_messages
 from memstream.core.embedder import Embedder
+from memstream.core.export import export_lines
 from memstream.core.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
@@ -598,6 +599,22 @@ def create_app(settings: Settings) -> FastAPI:
             )
         nodes.sort(key=lambda n: (n.start or datetime.min.replace(tzinfo=UTC), -n.level, n.id))
         return Timeline(user_id=user_id, nodes=nodes)
+
+    @app.get(
+        "/v1/users/{user_id}/export",
+        tags=["users"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/x-ndjson": {}}}},
+    )
+    def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> StreamingResponse:
+        """Everything stored about the user as JSON Lines: their turns by dialogue time (the shape
+        ``memstream replay --format jsonl`` re-imports), then ``{"memory": …}`` lines, their
+        consolidated memories with provenance."""
+        key = partition_key(tenant, user_id)
+        store, mine = svc.store(key), Filter(equals={USER_FIELD: key})
+        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS, mine)]
+        memories = [memory_from_payload(h.payload) for h in scroll_all(store, MEMORIES, mine)]
+        return StreamingResponse(export_lines(units, memories), media_type="application/x-ndjson")
 
     @app.get(
         "/v1/users/{user_id}/turns/{turn_id}",
