@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -710,6 +711,40 @@ def test_export_then_forget_then_replay_gives_the_same_recall(gateway: Gateway, 
         after = memory.recall(user, "What is my dog called?", budget_tokens=300, now=said + timedelta(days=2))
     assert after.context == before.context and "Pixel" in after.context
     assert [i.text for i in after.items] == [i.text for i in before.items]
+
+
+TS_CLIENT = Path(__file__).parent.parent / "clients" / "typescript"
+
+
+def _npm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["npm", *args], cwd=TS_CLIENT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="Node.js and npm are not installed")
+def test_the_typescript_client_is_typed_from_the_served_document_and_its_agent_recalls(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    served = httpx.get(f"{gateway.url}/openapi.json").json()
+    assert json.loads((TS_CLIENT / "openapi.json").read_text()) == served, "run `make ts-client`"
+    assert _npm("ci", "--no-audit", "--no-fund").returncode == 0
+    generated = tmp_path / "openapi.ts"
+    assert _npm("exec", "--", "openapi-typescript", "openapi.json", "-o", str(generated)).returncode == 0
+    assert generated.read_text() == (TS_CLIENT / "src" / "openapi.ts").read_text(), "run `make ts-client`"
+    built = _npm("run", "build")
+    assert built.returncode == 0, (
+        built.stdout + built.stderr
+    )  # tsc --strict: the client and example type-check
+    env = {**os.environ, "MEMSTREAM_GATEWAY_URL": gateway.url, "MEMSTREAM_API_KEY": KEY_ACME}
+    done = subprocess.run(
+        ["node", "dist/examples/agent.js"],
+        cwd=TS_CLIENT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Porto half marathon on 14 March" in done.stdout and "User: When is my race" in done.stdout
 
 
 class _Live(threading.Thread):
