@@ -667,13 +667,22 @@ def _listening(port: int) -> bool:
     return True
 
 
-def test_the_python_agent_example_recalls_what_it_was_told(gateway: Gateway) -> None:
+@pytest.mark.parametrize(
+    ("example", "said", "asked"),
+    [
+        ("python_agent.py", "Porto half marathon on 14 March", "User: When is my race"),
+        ("langchain_agent.py", "Kyoto with a set of matcha bowls", "Human: What did my sister bring back"),
+    ],
+)
+def test_the_python_agent_examples_recall_what_they_were_told(
+    gateway: Gateway, example: str, said: str, asked: str
+) -> None:
     env = {**os.environ, "MEMSTREAM_GATEWAY_URL": gateway.url, "MEMSTREAM_API_KEY": KEY_ACME}
     done = subprocess.run(
-        [sys.executable, "examples/python_agent.py"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, f"examples/{example}"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Porto half marathon on 14 March" in done.stdout and "User: When is my race" in done.stdout
+    assert said in done.stdout and asked in done.stdout
 
 
 def test_export_then_forget_then_replay_gives_the_same_recall(gateway: Gateway, tmp_path: Path) -> None:
@@ -892,7 +901,8 @@ def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(
     stones = [
         Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic("tombstones")))
     ]
-    assert [(s.tenant, s.user_id, s.units) for s in stones] == [("acme", USER, len(ACME_TURNS))]
+    mine = [(s.tenant, s.user_id, s.units) for s in stones if s.user_id == USER]
+    assert mine == [("acme", USER, len(ACME_TURNS))]
 
 
 def test_turns_on_their_way_when_a_user_is_deleted_are_forgotten_too(

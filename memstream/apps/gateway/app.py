@@ -25,11 +25,13 @@ from fastapi import Body as BodyParam
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, Security
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -455,6 +457,19 @@ def create_app(settings: Settings) -> FastAPI:
         holding a lone surrogate: the errors' location, message and type, and a short input."""
         errors = [_brief(e) for e in exc.errors()[:MAX_ERRORS]]
         return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's 405 lists the methods of the first route of the path only: every route's."""
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        routes = request.app.router.routes
+        methods = {
+            m for r in routes if r.matches(request.scope)[0] != Match.NONE for m in getattr(r, "methods", ())
+        }
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=405, headers={"Allow": ", ".join(sorted(methods))}
+        )
 
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
