@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean kafka deploy-tools deploy-check deploy-generate deploy-lock
+.PHONY: install demo test lint bench clean kafka ts-client deploy-tools deploy-check deploy-generate deploy-lock
 
 $(BIN)/memstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: lint deploy-check
 # tests/test_deploy.py. About a minute.
 deploy-tools: install
 	bash deploy/tools.sh
+
+# The TypeScript client's copy of the OpenAPI document and the types generated from it.
+ts-client: install
+	$(BIN)/python -c "import json; from memstream.adapters.settings import Settings; from memstream.apps.gateway.app import create_app; print(json.dumps(create_app(Settings()).openapi(), indent=2, sort_keys=True))" > clients/typescript/openapi.json
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run types && npm run build
 
 deploy-check: install
 	bash deploy/check.sh

@@ -5,10 +5,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from schemas.events import IsoAwareDatetime, StoredIdentifier, TenantId, Turn
-from schemas.memory import MemoryKind
+from schemas.events import (
+    Identifier,
+    IsoAwareDatetime,
+    IsoDatetime,
+    MetadataValue,
+    Role,
+    Speaker,
+    StoredIdentifier,
+    TenantId,
+    Turn,
+)
+from schemas.memory import Memory, MemoryKind
 from schemas.text import unicode_only
 
 MAX_BATCH = 500
@@ -34,6 +44,51 @@ class TurnIn(Turn):
 
 class TurnBatch(Body):
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+# The session a messages body goes to when it names none: one per user, which the windows still
+# split by dialogue-time gap (MEMSTREAM_SESSION_GAP_S), so sessions follow idle gaps.
+CHAT_SESSION = "chat"
+
+
+class ChatMessage(Request):
+    role: Role
+    content: str = Field(min_length=1, description="the message text")
+    name: Speaker | None = Field(None, description="who said it; default: the role")
+
+
+class MessagesIn(Request):
+    """The shape chat APIs and other memory layers use: a user's messages, in order. Consecutive
+    user + assistant messages become one turn; everything else is read from defaults (see the
+    README's API section): turn ids from ``Idempotency-Key`` or the body's content, so a retry is
+    stored once; ``ts`` now; the session by idle gap."""
+
+    user_id: Identifier
+    messages: list[ChatMessage] = Field(min_length=1, max_length=2 * MAX_BATCH)
+    session_id: Identifier = Field(
+        CHAT_SESSION, description="default: one session per user, split by idle gap"
+    )
+    ts: IsoDatetime | None = Field(None, description="dialogue time of the first message; default: now")
+    timezone: str | None = Field(None, description="IANA zone for a naive ts and for windows")
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+
+
+def _shape(body: object) -> str:
+    """Which body shape a request is, by one key, so a 422 lists that shape's errors only."""
+    if isinstance(body, dict):
+        if "turns" in body:
+            return "batch"
+        if "turn_id" in body:
+            return "turn"
+    return "messages"
+
+
+TurnsIn = Annotated[
+    Annotated[TurnIn, Tag("turn")]
+    | Annotated[TurnBatch, Tag("batch")]
+    | Annotated[MessagesIn, Tag("messages")],
+    Discriminator(_shape),
+]
 
 
 class TurnsAccepted(Body):
@@ -128,6 +183,19 @@ class TimelineNode(Body):
 class Timeline(Body):
     user_id: str
     nodes: list[TimelineNode] = Field(description="tree nodes overlapping the interval, by start time")
+
+
+class MemoryPage(Body):
+    memories: list[Memory] = Field(
+        description="with provenance (source_turn_ids, covers_turn_ids, children); a page may hold fewer than"
+        " limit when a level is asked for"
+    )
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last")
+
+
+class MemoryDeleted(Body):
+    memory_id: str
+    detail: str
 
 
 class ToolCall(Request):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -66,6 +67,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     gw.add_argument("--port", type=int, help="port (default MEMSTREAM_GATEWAY_PORT)")
     gw.set_defaults(func=_cmd_gateway)
+
+    mc = sub.add_parser(
+        "mcp",
+        help="serve the gateway's memory as MCP tools (stdio, or streamable HTTP)",
+        description="A Model Context Protocol server: add_memory, recall, forget and the four REMem tools "
+        "(semantic_retrieve, lexical_retrieve, find_memory_contexts, find_entity_contexts), each one request "
+        "to the gateway at MEMSTREAM_GATEWAY_URL (default http://127.0.0.1:MEMSTREAM_GATEWAY_PORT) under the "
+        "API key MEMSTREAM_API_KEY; over HTTP a caller's own key (Authorization: Bearer, X-API-Key) is used "
+        "instead. Needs the mcp extra: pip install 'memstream[mcp]'.",
+        epilog=EPILOG,
+    )
+    mc.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
+    mc.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (default 127.0.0.1)")
+    mc.add_argument("--port", type=int, default=8090, help="HTTP: port (default 8090); the path is /mcp")
+    mc.set_defaults(func=_cmd_mcp)
 
     rp = sub.add_parser("replay", help="produce a conversation file to the turns topic", epilog=EPILOG)
     rp.add_argument("file", type=Path)
@@ -305,6 +321,18 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
         http=HeadersBy.within(settings.gateway_body_timeout_s),
         h11_max_incomplete_event_size=16 * 1024,
     )
+    return 0
+
+
+def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from memstream.apps.mcp_server import Transport, serve
+    except ModuleNotFoundError as exc:
+        print(f"memstream mcp needs the mcp extra (pip install 'memstream[mcp]'): {exc}", file=sys.stderr)
+        return 2
+    url = os.environ.get("MEMSTREAM_GATEWAY_URL") or f"http://127.0.0.1:{settings.gateway_port}"
+    transport: Transport = "stdio" if args.transport == "stdio" else "streamable-http"
+    serve(url, os.environ.get("MEMSTREAM_API_KEY") or None, transport, args.host, args.port)
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
+from memstream.core.export import is_memory_line
 from schemas.events import DEFAULT_TENANT, Message, Role, Turn, partition_key
 
 Format = Literal["jsonl", "locomo"]
@@ -103,19 +104,25 @@ def locomo_turns(path: Path, tenant: str = DEFAULT_TENANT) -> Iterator[Turn]:
 
 
 def _jsonl_records(path: Path) -> Iterator[RawRecord]:
+    """Each line as it is, keyed by its user; the memory lines of an export are skipped (the
+    pipeline consolidates the turns again)."""
     with path.open("rb") as fh:
         for line in fh:
             line = line.rstrip(b"\r\n")
             if not line.strip():
                 continue
-            yield RawRecord(key=_key_of(line), value=line)
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                obj = None
+            if not is_memory_line(obj):
+                yield RawRecord(key=_key_of(obj), value=line)
 
 
-def _key_of(line: bytes) -> str | None:
+def _key_of(obj: object) -> str | None:
     try:
-        obj = orjson.loads(line)
-        return partition_key(str(obj["tenant"]), str(obj["user_id"]))
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return partition_key(str(obj["tenant"]), str(obj["user_id"]))  # type: ignore[index]
+    except (KeyError, TypeError):
         return None  # still replayed: the processor dead-letters it with the reason
 
 

@@ -11,22 +11,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from uuid import UUID
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Body as BodyParam
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, Security
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,9 +54,11 @@ from memstream.apps.gateway.auth import (
 from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
-from memstream.apps.gateway.updates import UpdateHub
+from memstream.apps.gateway.updates import Event, UpdateHub, position
+from memstream.core.chat import turns_from_messages
 from memstream.core.embedder import Embedder
-from memstream.core.memories import MEMORIES, memory_from_payload
+from memstream.core.export import export_lines
+from memstream.core.memories import KIND_FIELD, MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
 from memstream.core.recall.engine import Recalled
@@ -63,6 +70,9 @@ from memstream.core.validation import Limits, Rejection, limits_from, validate
 from schemas.api import (
     AnswerResponse,
     DeleteResult,
+    MemoryDeleted,
+    MemoryPage,
+    MessagesIn,
     Problem,
     RecallItem,
     RecallRequest,
@@ -73,6 +83,7 @@ from schemas.api import (
     TurnBatch,
     TurnIn,
     TurnsAccepted,
+    TurnsIn,
     TurnStored,
 )
 from schemas.events import (
@@ -83,8 +94,9 @@ from schemas.events import (
     partition_key,
     unit_id_for,
 )
+from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from schemas.tools import TOOLS, ToolResult, openai_tools
-from schemas.topics import TOMBSTONES, TURNS
+from schemas.topics import MEMORY_UPDATES, TOMBSTONES, TURNS
 
 log = logging.getLogger("memstream.gateway")
 HEARTBEAT_S = 15.0
@@ -374,7 +386,17 @@ def svc_of(request: Request) -> Services:
     return svc
 
 
-async def tenant(request: Request) -> str:
+# Declared so that the OpenAPI document names both ways to send a key (the docs page's Authorize
+# button, generated clients); the key itself is read and checked by the Gate, before any route.
+BEARER = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>`")
+API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="the key in `X-API-Key`")
+
+
+async def tenant(
+    request: Request,
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    _key: Annotated[str | None, Security(API_KEY)],
+) -> str:
     """The caller's tenant, as the ``Gate`` found it from the API key before admitting the request
     (and its rate limit); none there is a 401 (a route the gate did not see as needing one)."""
     found: str | None = request.scope.get("state", {}).get(TENANT_STATE)
@@ -436,6 +458,19 @@ def create_app(settings: Settings) -> FastAPI:
         errors = [_brief(e) for e in exc.errors()[:MAX_ERRORS]]
         return JSONResponse({"detail": errors}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's 405 lists the methods of the first route of the path only: every route's."""
+        if exc.status_code != 405:
+            return await http_exception_handler(request, exc)
+        routes = request.app.router.routes
+        methods = {
+            m for r in routes if r.matches(request.scope)[0] != Match.NONE for m in getattr(r, "methods", ())
+        }
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=405, headers={"Allow": ", ".join(sorted(methods))}
+        )
+
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
         log.warning("store unavailable: %s", exc)
@@ -449,19 +484,35 @@ def create_app(settings: Settings) -> FastAPI:
     limits = limits_from(settings.max_turn_bytes, settings.min_ts, settings.max_future_skew_s, settings.zone)
 
     @app.post("/v1/turns", status_code=202, response_model=TurnsAccepted, tags=["ingest"])
-    async def post_turns(body: TurnIn | TurnBatch, tenant: Tenant, svc: Svc) -> TurnsAccepted:
-        """Log one turn or a batch to the ``turns`` topic (acks=all). Idempotent by ``turn_id``:
-        a turn posted again is stored once. Turns are checked as the ingest processor checks them
-        (time zone, time range, size): one invalid turn refuses the whole batch with 422. No LLM
-        on this path."""
-        incoming = body.turns if isinstance(body, TurnBatch) else [body]
+    async def post_turns(
+        body: Annotated[TurnsIn, BodyParam()],
+        tenant: Tenant,
+        svc: Svc,
+        idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    ) -> TurnsAccepted:
+        """Log one turn, a batch, or a user's chat messages to the ``turns`` topic (acks=all).
+        Idempotent by ``turn_id``: a turn posted again is stored once. A messages body's turn ids
+        are derived from ``Idempotency-Key`` or from its content, so its retry is stored once too.
+        Turns are checked as the ingest processor checks them (time zone, time range, size): one
+        invalid turn refuses the whole request with 422. No LLM on this path."""
+        if isinstance(body, MessagesIn):
+            incoming: list[TurnIn] = [
+                TurnIn.model_validate(t.model_dump())
+                for t in turns_from_messages(body, tenant, datetime.now(UTC), idempotency_key)
+            ]
+        else:
+            incoming = body.turns if isinstance(body, TurnBatch) else [body]
         turns = [_owned_turn(t, i, tenant, limits) for i, t in enumerate(incoming)]
         topic = settings.topic(TURNS.name)
+        # A retried messages body has new default times, so its turns differ from the stored
+        # ones: those already stored are answered with their stored hash rather than sent again.
+        stored = await run_in_threadpool(_stored_hashes, svc, turns) if isinstance(body, MessagesIn) else {}
 
         async def send_all() -> None:
             sends = [
                 await svc.producer.send(topic, t.to_bytes(), key=t.key.encode(), timestamp_ms=None)
                 for t in turns
+                if t.turn_id not in stored
             ]
             await asyncio.gather(*sends)
 
@@ -477,7 +528,7 @@ def create_app(settings: Settings) -> FastAPI:
         return TurnsAccepted(
             accepted=len(turns),
             turn_ids=[t.turn_id for t in turns],
-            content_hashes=[content_hash(t) for t in turns],
+            content_hashes=[stored.get(t.turn_id) or content_hash(t) for t in turns],
         )
 
     @app.post("/v1/recall", response_model=RecallResponse, tags=["recall"])
@@ -565,6 +616,22 @@ def create_app(settings: Settings) -> FastAPI:
         return Timeline(user_id=user_id, nodes=nodes)
 
     @app.get(
+        "/v1/users/{user_id}/export",
+        tags=["users"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/x-ndjson": {}}}},
+    )
+    def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> StreamingResponse:
+        """Everything stored about the user as JSON Lines: their turns by dialogue time (the shape
+        ``memstream replay --format jsonl`` re-imports), then ``{"memory": …}`` lines, their
+        consolidated memories with provenance."""
+        key = partition_key(tenant, user_id)
+        store, mine = svc.store(key), Filter(equals={USER_FIELD: key})
+        units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS, mine)]
+        memories = [memory_from_payload(h.payload) for h in scroll_all(store, MEMORIES, mine)]
+        return StreamingResponse(export_lines(units, memories), media_type="application/x-ndjson")
+
+    @app.get(
         "/v1/users/{user_id}/turns/{turn_id}",
         response_model=TurnStored,
         tags=["ingest"],
@@ -589,31 +656,105 @@ def create_app(settings: Settings) -> FastAPI:
         response_class=StreamingResponse,
         responses={200: {"content": {"text/event-stream": {}}}},
     )
-    async def get_updates(user_id: UserId, tenant: Tenant, svc: Svc) -> StreamingResponse:
-        """Server-sent events: one ``memory`` event per change to this user's memory
-        (a MemoryUpdate as JSON), from the moment of connecting."""
+    async def get_updates(
+        user_id: UserId,
+        tenant: Tenant,
+        svc: Svc,
+        last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    ) -> StreamingResponse:
+        """Server-sent events: a ``memory`` event per change to this user's memory (a MemoryUpdate as
+        JSON, its ``id`` its position), and ``forgotten`` when the user is deleted. Reconnecting with
+        ``Last-Event-ID`` first sends the user's changes after it (the last 10,000 records of the
+        user's partition, as long as the topic keeps them; further back a ``reset`` event says to
+        read recall again), then the live ones, none twice."""
         key = partition_key(tenant, user_id)
-        queue = svc.hub.subscribe(key)
+        queue = svc.hub.subscribe(key)  # before the replay, so nothing falls between the two
+        after = position(last_event_id)
+        missed: list[Event] = []
+        partition = end = -1
+        try:
+            if after is not None:
+                missed, partition, end = await svc.hub.missed(key, after)
+        except BaseException:
+            svc.hub.unsubscribe(key, queue)
+            raise
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b": connected\n\n"
+                for earlier in missed:
+                    yield earlier.encode()
                 while True:
                     try:
-                        update = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                        event = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                         continue
-                    if update is None:  # fell too far behind
+                    if event is None:  # fell too far behind
                         return
-                    yield b"event: memory\nid: " + update.memory_id.encode() + b"\ndata: " + update.to_bytes()
-                    yield b"\n\n"
+                    if event.partition == partition and event.offset is not None and event.offset < end:
+                        continue  # sent by the replay
+                    yield event.encode()
             finally:
                 svc.hub.unsubscribe(key, queue)
 
         return StreamingResponse(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
+
+    @app.get("/v1/users/{user_id}/memories", response_model=MemoryPage, tags=["memories"])
+    def list_memories(
+        user_id: UserId,
+        tenant: Tenant,
+        svc: Svc,
+        kind: Annotated[MemoryKind | None, Query()] = None,
+        level: Annotated[int | None, Query(ge=1, le=5)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: Annotated[UUID | None, Query(description="next_cursor of the page before")] = None,
+    ) -> MemoryPage:
+        """The user's consolidated memories (not the raw turns), a page at a time, optionally of
+        one kind or level; superseded facts included (``current`` false)."""
+        key = partition_key(tenant, user_id)
+        equals = {USER_FIELD: key} | ({KIND_FIELD: kind.value} if kind else {})
+        hits, after = svc.store(key).scroll(
+            MEMORIES, Filter(equals=equals), limit, None if cursor is None else str(cursor)
+        )
+        found = (memory_from_payload(h.payload) for h in hits)
+        return MemoryPage(memories=[m for m in found if level in (None, m.level)], next_cursor=after)
+
+    @app.get(
+        "/v1/memories/{memory_id}",
+        response_model=Memory,
+        tags=["memories"],
+        responses={404: {"model": Problem, "description": "no memory of the key's tenant has this id"}},
+    )
+    def get_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> Memory:
+        """One memory with its provenance: the turns its text carries (``source_turn_ids``), every
+        turn beneath it (``covers_turn_ids``), and its place in the tree (``parent_id``, ``children``)."""
+        return _memory_of(svc, tenant, memory_id)
+
+    @app.delete(
+        "/v1/memories/{memory_id}",
+        status_code=202,
+        response_model=MemoryDeleted,
+        tags=["memories"],
+        responses={404: {"model": Problem, "description": "no memory of the key's tenant has this id"}},
+    )
+    async def delete_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> MemoryDeleted:
+        """Delete one memory: a ``delete`` record on ``memory.updates`` (acks=all), which the
+        worker applies as it applies consolidation's own, in order; the user's turns stay."""
+        memory = await run_in_threadpool(_memory_of, svc, tenant, memory_id)
+        update = MemoryUpdate(
+            op=MemoryOp.DELETE, memory_id=memory.memory_id, tenant=memory.tenant, user_id=memory.user_id
+        )
+        topic = settings.topic(MEMORY_UPDATES.name)
+        try:
+            with svc.drain.admit():
+                send = svc.producer.send_and_wait(topic, update.to_bytes(), key=memory.key.encode())
+                await asyncio.wait_for(send, SEND_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise KafkaTimeoutError(f"no acks within {SEND_TIMEOUT_S}s") from exc
+        return MemoryDeleted(memory_id=memory.memory_id, detail="deleted once the worker applies it")
 
     @app.delete("/v1/users/{user_id}", response_model=DeleteResult, tags=["users"])
     async def delete_user(user_id: UserId, tenant: Tenant, svc: Svc) -> DeleteResult:
@@ -684,6 +825,27 @@ def _brief(error: Any) -> dict[str, Any]:
     if isinstance(error.get("input"), str | int | float | bool):
         out["input"] = _printable(error["input"])
     return out
+
+
+def _memory_of(svc: Services, tenant: str, memory_id: UUID) -> Memory:
+    """The tenant's memory of this id, looked for in every partition's store (an id names no
+    user, so no partition); 404 when none of the tenant's has it."""
+    for p in range(svc.settings.topic_partitions):
+        for hit in svc.shards.get(p).retrieve(MEMORIES, [str(memory_id)]):
+            memory = memory_from_payload(hit.payload)
+            if memory.tenant == tenant:
+                return memory
+    raise HTTPException(404, "no memory with this id")
+
+
+def _stored_hashes(svc: Services, turns: Sequence[Turn]) -> dict[str, str]:
+    """turn_id → content hash of those of one user's ``turns`` already stored."""
+    if not turns:
+        return {}
+    first = turns[0]
+    ids = [unit_id_for(first.tenant, first.user_id, t.turn_id) for t in turns]
+    hits = svc.store(first.key).retrieve(UNITS, ids)
+    return {u.turn_id: u.content_hash for u in (unit_from_payload(h.payload) for h in hits)}
 
 
 def _owned_turn(turn: TurnIn, index: int, tenant: str, limits: Limits) -> Turn:

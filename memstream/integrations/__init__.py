@@ -1,0 +1,1 @@
+"""Framework integrations, each an optional extra (``pip install 'memstream[langchain]'``)."""
