@@ -947,6 +947,20 @@ def test_openapi_contract(case: Any, gateway: Gateway) -> None:
     )
 
 
+def test_the_docs_pages_need_nothing_but_the_gateway(gateway: Gateway) -> None:
+    """Offline, a page that loads Swagger UI or ReDoc from a CDN is blank: every script, style
+    and image of /docs and /redoc comes from the gateway itself."""
+    for page in ("/docs", "/redoc"):
+        html = httpx.get(gateway.url + page).text
+        assets = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']""", html) + re.findall(
+            r"url: *'([^']+)'", html
+        )
+        assert assets and not [a for a in assets if "://" in a or a.startswith("//")], (page, assets)
+        for asset in assets:
+            served = httpx.get(gateway.url + asset)
+            assert served.status_code == 200 and served.content, (page, asset)
+
+
 def test_openapi_document_is_served(gateway: Gateway) -> None:
     spec = httpx.get(f"{gateway.url}/openapi.json").json()
     assert {"/v1/turns", "/v1/recall", "/v1/answer", "/v1/tools", "/v1/users/{user_id}"} <= set(spec["paths"])

@@ -29,6 +29,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -422,7 +423,7 @@ def create_app(settings: Settings) -> FastAPI:
                 asyncio.get_running_loop().add_signal_handler(DRAIN_SIGNAL, svc.drain.start)
             yield
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="memstream gateway",
         version="1",
         description="Long-term memory for agents: ingest turns, recall time-aware hierarchical memory, "
