@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import orjson
 import pytest
 
 from memstream.adapters.broker import free_port
+from memstream.adapters.settings import unknown_variables
 from memstream.apps.cli import main
 from memstream.apps.demo import SAMPLE
 from memstream.apps.status import consolidating, merge_status, render_status
@@ -51,6 +57,62 @@ def test_invalid_settings_are_reported(
     monkeypatch.setenv("MEMSTREAM_DEFAULT_TIMEZONE", "Mars/Olympus")
     assert main(["config"]) == 2
     assert "unknown time zone" in capsys.readouterr().err
+
+
+def test_an_invalid_setting_is_named_by_its_variable_and_a_secret_is_not_echoed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTREAM_GATEWAY_PORT", "eighty")
+    monkeypatch.setenv("MEMSTREAM_INTERNAL_TOKEN", "s3cr3t-t0k")
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert "MEMSTREAM_GATEWAY_PORT: " in err and "'eighty'" in err and "gateway_port" not in err
+    assert "MEMSTREAM_INTERNAL_TOKEN: " in err and "s3cr3t-t0k" not in err
+
+
+def test_a_misspelled_variable_is_pointed_out(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSTREAM_GATEWAY_PROT", "9000")
+    (tmp_path / ".env").write_text("MEMSTREAM_WORKERZ=2\nMEMSTREAM_LOG_LEVEL=WARNING\n")
+    assert main(["config"]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "MEMSTREAM_GATEWAY_PROT is not a setting, ignored; did you mean MEMSTREAM_GATEWAY_PORT?"
+        in captured.err
+    )
+    assert "MEMSTREAM_WORKERZ is not a setting, ignored; did you mean MEMSTREAM_WORKERS?" in captured.err
+    assert "MEMSTREAM_LOG_LEVEL" not in captured.err
+    assert re.search(r"MEMSTREAM_LOG_LEVEL\s.*WARNING", captured.out)  # read from .env
+
+
+def test_every_variable_the_code_reads_is_known() -> None:
+    """A MEMSTREAM_* name read anywhere in the product is a setting or a client's variable, so the
+    misspelling warning never fires on a real one."""
+    root = Path(__file__).parent.parent
+    named = {
+        m
+        for d in ("memstream", "streams", "consumers")
+        for f in (root / d).rglob("*.py")
+        for m in re.findall(r"MEMSTREAM_[A-Z0-9_]*[A-Z0-9]", f.read_text())
+    }
+    assert unknown_variables(named) == []
+
+
+def test_version_and_a_closed_pipe() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memstream.apps.cli", "--version"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and re.fullmatch(r"memstream \d+\.\d+\.\d+\S*\n", done.stdout)
+    # `memstream config | head -0`: the reader is gone before the output is written.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstream.apps.cli", "config"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 1 and "Traceback" not in err and "BrokenPipeError" not in err
 
 
 def test_calibrate_reports_the_distribution_and_a_threshold(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from difflib import get_close_matches
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Role = Literal["ingest", "consolidate", "index"]
@@ -22,7 +23,8 @@ ROLES: tuple[Role, ...] = ("ingest", "consolidate", "index")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=None, extra="ignore")
+    # A .env file in the working directory is read too; the environment wins over it.
+    model_config = SettingsConfigDict(env_prefix="MEMSTREAM_", env_file=".env", extra="ignore")
 
     # --- where things live -------------------------------------------------------------
     data_dir: Path = Field(Path(".memstream"), description="embedded store and state directory")
@@ -391,3 +393,42 @@ def _loopback(host: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:  # a name other than localhost may resolve anywhere
         return False
+
+
+# Read by the clients of a gateway (`memstream mcp`), not by the server's settings.
+CLIENT_VARIABLES = ("MEMSTREAM_API_KEY", "MEMSTREAM_GATEWAY_URL")
+
+
+def variable(field: str) -> str:
+    """The environment variable of a setting."""
+    return "MEMSTREAM_" + field.upper()
+
+
+def unknown_variables(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """The ``MEMSTREAM_*`` names among ``names`` that no setting reads (a typo is otherwise
+    silently ignored), each with the closest known name, if any."""
+    known = {variable(f) for f in Settings.model_fields} | set(CLIENT_VARIABLES)
+    return [
+        (n, next(iter(get_close_matches(n, known, 1, 0.8)), None))
+        for n in sorted(set(names))
+        if n.startswith("MEMSTREAM_") and n not in known
+    ]
+
+
+def setting_errors(exc: ValidationError) -> list[str]:
+    """Each invalid setting as the variable the user set, what is wrong, and the value given
+    (never a secret's)."""
+    out = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        name = variable(field) if field in Settings.model_fields else "settings"
+        secret = field in Settings.model_fields and "SecretStr" in str(
+            Settings.model_fields[field].annotation
+        )
+        given = (
+            ""
+            if secret or "input" not in error or isinstance(error["input"], dict)
+            else f" (got {error['input']!r})"
+        )
+        out.append(f"{name}: {error['msg']}{given}")
+    return out

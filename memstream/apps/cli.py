@@ -10,12 +10,14 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, setting_errors, unknown_variables
 from memstream.apps.status import fetch_status, render_status
 from schemas.events import DEFAULT_TENANT
 
@@ -28,17 +30,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    for name, like in unknown_variables([*os.environ, *_dotenv_names()]):
+        hint = f"; did you mean {like}?" if like else ""
+        print(
+            f"memstream: {name} is not a setting, ignored{hint} (`memstream config` lists them)",
+            file=sys.stderr,
+        )
     try:
         settings = Settings()
+    except ValidationError as exc:
+        print("memstream: invalid settings:\n  " + "\n  ".join(setting_errors(exc)), file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"memstream: invalid settings: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        return int(args.func(args, settings) or 0)
+        code = int(args.func(args, settings) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not as a traceback at exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`memstream status --json | head`): nothing more to say, and
+        # stdout must not be flushed into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _dotenv_names() -> list[str]:
+    from dotenv import dotenv_values
+
+    return list(dotenv_values(".env")) if Path(".env").is_file() else []
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "recurrence-buffered Qdrant store; consolidation runs only when a topic recurs or a window closes.",
         epilog=EPILOG,
     )
+    p.add_argument("--version", action="version", version=f"memstream {metadata.version('memstream')}")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
 
     up = sub.add_parser(
