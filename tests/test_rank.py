@@ -36,6 +36,7 @@ from memstream.core.recall.rank import (
     tokens,
     top,
 )
+from memstream.core.sentences import is_small_talk
 
 T0 = datetime(2023, 5, 8, 12, 0, tzinfo=UTC)
 UTC_ZONE = ZoneInfo("UTC")
@@ -578,7 +579,7 @@ def test_a_unit_is_returned_without_its_small_talk_and_keeps_its_caption() -> No
     "text",
     [
         "Melanie: I ran a charity race last week and raised money for the shelter.",  # nothing to drop
-        "Melanie: Thanks, Caroline! See you soon!",  # small talk only: kept whole (rank.phatic drops it)
+        "Melanie: Thanks, Caroline! Bye!",  # small talk only: kept whole (rank.phatic drops it)
     ],
 )
 def test_a_unit_with_nothing_or_only_small_talk_to_drop_is_unchanged(text: str) -> None:
@@ -593,3 +594,25 @@ def test_condensed_leaves_memories_as_they_are_and_condenses_each_line_of_a_unit
         "u1", text="Melanie: Hi Jon! I moved to Porto in May.\nJon: Great! Did you find a flat there?"
     )
     assert condensed(unit).text == "Melanie: I moved to Porto in May.\nJon: Did you find a flat there?"
+
+
+@pytest.mark.parametrize(
+    ("sentence", "small_talk"),
+    [
+        ("Thanks, Mel!", True),
+        ("Hey Caroline!", True),
+        ("That's great, Mel!", True),
+        ("How's it going?", True),
+        ("Bye!", True),
+        ("Luna and Oliver!", False),  # a short answer names two things
+        ("Yeah, I play clarinet!", False),
+        ("I ran a charity race last week.", False),
+    ],
+)
+def test_small_talk_is_trivial_and_names_at_most_one_thing(sentence: str, small_talk: bool) -> None:
+    assert is_small_talk(sentence) is small_talk
+
+
+def test_a_short_answer_in_a_unit_is_not_small_talk() -> None:
+    unit = item("u1", text="Melanie: Luna and Oliver! They are so sweet and playful.")
+    assert condensed(unit) is unit

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from memstream.core.lexical import tokenize
+
 _BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z])")
 # In our own narratives a sentence may start with a lower-case speaker label ("user-7: I ran...").
 _LABELLED_BOUNDARY = re.compile(r"(?<=[.!?…])\s+(?=[^\sa-z]|[^\W_][\w'’.@-]*: )")
@@ -70,12 +72,24 @@ def is_trivial(text: str) -> bool:
     return len(words) - i < MIN_WORDS
 
 
+# Words of thanks and farewell: what a polite sentence says besides a name.
+_COURTESY = frozenset(("thanks", "thank", "thx", "bye", "goodbye", "congrats", "congratulations", "cheers"))
+
+
+def is_small_talk(sentence: str) -> bool:
+    """A trivial sentence (``is_trivial``) that names at most one thing (a word of three letters or more
+    besides interjections and thanks): "Thanks, Mel!", "That's great, Caroline!", "How's it going?".
+    Short answers stay: "Luna and Oliver!" and "Yeah, I play clarinet!" name two."""
+    named = [w for w in tokenize(sentence) if len(w) > 2 and w not in INTERJECTIONS and w not in _COURTESY]
+    return len(named) <= 1 and is_trivial(sentence)
+
+
 def without_small_talk(content: str) -> str:
-    """``content`` (what one speaker said) without its trivial sentences (``is_trivial``): "Hey Mel!
-    Thanks! I ran a marathon last week." -> "I ran a marathon last week." Its bracketed asides (a
-    photo's caption) stay, at the end; ``content`` itself when every sentence is trivial or none is."""
+    """``content`` (what one speaker said) without its small-talk sentences (``is_small_talk``): "Hey
+    Mel! Thanks! I ran a marathon last week." -> "I ran a marathon last week." Its bracketed asides (a
+    photo's caption) stay, at the end; ``content`` itself when every sentence is small talk or none is."""
     said = split_sentences(content)
-    kept = [s for s in said if not is_trivial(s)]
+    kept = [s for s in said if not is_small_talk(s)]
     if not kept or len(kept) == len(said):
         return content
     return " ".join([*kept, *(f"[{aside}]" for aside in bracketed(content))])
