@@ -19,6 +19,7 @@ from memstream.core.recall.rank import (
     ancestor_ids,
     bm25_scores,
     charged_tokens,
+    condensed,
     day_header,
     drop_phatic,
     header_tokens,
@@ -35,6 +36,7 @@ from memstream.core.recall.rank import (
     tokens,
     top,
 )
+from memstream.core.sentences import is_small_talk
 
 T0 = datetime(2023, 5, 8, 12, 0, tzinfo=UTC)
 UTC_ZONE = ZoneInfo("UTC")
@@ -559,3 +561,58 @@ def test_select_skips_a_leaf_that_says_nothing_the_context_does_not_say_already(
     assert ids(select(leaves, {}, 1000, contained=1.01, zone=UTC_ZONE)) == ["e", "u", "o"]  # never
     # The other way round the episode says more than the unit: both are kept.
     assert ids(select([(unit, 0.9), (episode, 0.8)], {}, 1000, zone=UTC_ZONE)) == ["u", "e"]
+
+
+# --- condensed: a unit without its small talk ----------------------------------------------------------
+
+
+def test_a_unit_is_returned_without_its_small_talk_and_keeps_its_caption() -> None:
+    said = "Wow, Caroline! Thanks! I ran a charity race last week. [shares a photo: runners at a start line]"
+    unit = item("u1", text=f"Melanie: {said}", turns=("D1:3",))
+    short = condensed(unit)
+    assert short.text == "Melanie: I ran a charity race last week. [shares a photo: runners at a start line]"
+    assert (short.id, short.source_turn_ids, short.start) == (unit.id, unit.source_turn_ids, unit.start)
+    assert line_tokens(short, UTC_ZONE) < line_tokens(unit, UTC_ZONE)  # the budget holds more turns
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Melanie: I ran a charity race last week and raised money for the shelter.",  # nothing to drop
+        "Melanie: Thanks, Caroline! Bye!",  # small talk only: kept whole (rank.phatic drops it)
+    ],
+)
+def test_a_unit_with_nothing_or_only_small_talk_to_drop_is_unchanged(text: str) -> None:
+    unit = item("u1", text=text)
+    assert condensed(unit) is unit
+
+
+def test_condensed_leaves_memories_as_they_are_and_condenses_each_line_of_a_unit() -> None:
+    fact = item("f1", "fact", text="Thanks! Melanie ran a charity race.")
+    assert condensed(fact) is fact
+    unit = item(
+        "u1", text="Melanie: Hi Jon! I moved to Porto in May.\nJon: Great! Did you find a flat there?"
+    )
+    assert condensed(unit).text == "Melanie: I moved to Porto in May.\nJon: Did you find a flat there?"
+
+
+@pytest.mark.parametrize(
+    ("sentence", "small_talk"),
+    [
+        ("Thanks, Mel!", True),
+        ("Hey Caroline!", True),
+        ("That's great, Mel!", True),
+        ("How's it going?", True),
+        ("Bye!", True),
+        ("Luna and Oliver!", False),  # a short answer names two things
+        ("Yeah, I play clarinet!", False),
+        ("I ran a charity race last week.", False),
+    ],
+)
+def test_small_talk_is_trivial_and_names_at_most_one_thing(sentence: str, small_talk: bool) -> None:
+    assert is_small_talk(sentence) is small_talk
+
+
+def test_a_short_answer_in_a_unit_is_not_small_talk() -> None:
+    unit = item("u1", text="Melanie: Luna and Oliver! They are so sweet and playful.")
+    assert condensed(unit) is unit

@@ -334,3 +334,27 @@ def test_a_query_naming_a_speaker_is_searched_once_more_without_the_name(
     assert embedder.texts == embedded
     assert counting.calls["search_many"] == searches
     assert any("Zanzibar" in i.text for i, _ in result.items)
+
+
+def test_recall_returns_and_renders_a_unit_without_its_small_talk_and_flat_as_said(tmp_path: Path) -> None:
+    said = "Hi Ben! Thanks so much! I booked the Zanzibar trip for the spring."
+    shards = _store_of(tmp_path, [said, "The flights to Zanzibar were cheap."])
+
+    def ask_with(config: RecallConfig) -> Recalled:
+        now = datetime(2024, 5, 2, tzinfo=UTC)
+        return recall(
+            shards.get(0),
+            HashingEmbedder(384),
+            user_key="t/anna",
+            query="Zanzibar trip",
+            now=now,
+            config=config,
+        )
+
+    default, flat = ask_with(DEFAULT), ask_with(replace(DEFAULT, condense=False))
+    shards.close()
+    booked = "Anna: I booked the Zanzibar trip for the spring."
+    assert booked in [i.text for i, _ in default.items]
+    assert booked in default.context.splitlines() and "Thanks" not in default.context
+    assert f"Anna: {said}" in [i.text for i, _ in flat.items]
+    assert not FLAT_HYBRID.condense  # the flat baseline's preset returns turns as said

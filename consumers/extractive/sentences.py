@@ -16,10 +16,15 @@ from zoneinfo import ZoneInfo
 from consumers.writer import Source, Written
 from memstream.core.dates import parse_date, render_interval
 from memstream.core.semantic_time import extract_event_times
+from memstream.core.sentences import INTERJECTIONS as INTERJECTIONS
+from memstream.core.sentences import WORD as WORD
+from memstream.core.sentences import is_i as is_i
+from memstream.core.sentences import is_trivial as is_trivial
 from memstream.core.sentences import split_sentences
 from schemas.events import EventTime
 
-MIN_WORDS = 4  # fewer content words than this is small talk ("That's great, Mel!")
+# The small-talk test (is_trivial and its word lists) lives in memstream.core.sentences, which recall
+# shares: it renders a unit without its small talk. Re-exported above for the writer's modules.
 
 
 def word_set(spaced: str) -> frozenset[str]:
@@ -47,7 +52,6 @@ class Sentence:
         return (self.ts, self.source, self.position)
 
 
-WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _UTTERANCE = re.compile(r"^(?P<speaker>[^:\n]{1,128}?): (?P<content>.*)$")
 # Our own headers ("Day 8 May 2023:", "Topic in May 2023: ..."), and any short line ending in a colon.
 _HEADER = re.compile(
@@ -59,41 +63,10 @@ _RENDERED = re.compile(
     re.DOTALL,
 )
 _ANNOTATION = re.compile(r"\s\([^()]*\)")
-_POLITE = re.compile(
-    r"^\W*(?:thanks|thank\s+you|thx|bye|goodbye|see\s+you|talk\s+(?:to\s+you\s+)?(?:soon|later)|"
-    r"take\s+care|congrats|congratulations|good\s+(?:luck|night|morning)|"
-    r"(?:so\s+)?(?:good|great|nice|glad|lovely)\s+to\s+(?:see|hear|meet|talk|chat)|glad\s+i\s+could\s+help|"
-    r"cheers|have\s+a\s+(?:good|great|nice))\b",
-    re.IGNORECASE,
-)
-INTERJECTIONS = word_set(
-    "hey hi hello wow whoa oh ooh aw aww yeah yes yep yup yay ok okay omg haha lol hmm well sure "
-    "absolutely totally definitely cool nice awesome great amazing so"
-)
 
 
 def is_question(text: str) -> bool:
     return text.rstrip(" \"')]”’").endswith("?")
-
-
-def is_trivial(text: str) -> bool:
-    """Greetings, thanks and reactions: fewer than MIN_WORDS words once leading interjections and
-    the name they address are set aside ("Wow, that's cool, Caroline!")."""
-    if _POLITE.match(text):
-        return True
-    words = WORD.findall(text)
-    i = 0
-    while i < len(words) and words[i].lower() in INTERJECTIONS:
-        i += 1
-    for _ in range(2):  # a name after the interjection is a vocative: "Hey Caroline, ..."
-        if 0 < i < len(words) and words[i][0].isupper() and not is_i(words[i]):
-            i += 1
-    return len(words) - i < MIN_WORDS
-
-
-def is_i(word: str) -> bool:
-    low = word.lower()
-    return low == "i" or low.startswith(("i'", "i’"))
 
 
 def _opening(line: str, speakers: Sequence[str]) -> tuple[str, str] | None:

@@ -83,6 +83,8 @@ def recall(
     scored = rank.drop_phatic(
         smoothed, config.min_content_words
     )  # phatic turns still lifted their neighbours
+    if config.condense:  # scored on what was said, returned without its small talk
+        scored = [(rank.condensed(item), score) for item, score in scored]
     activated = {item.id for item, _ in rank.top(scored, config.activated)}
     by_id: dict[str, rank.Item] = {}
     linked = scored

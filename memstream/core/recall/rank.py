@@ -11,7 +11,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -20,6 +20,7 @@ from memstream.core.dates import coarse_date, render_span
 from memstream.core.lexical import K1, B, stem, tokenize
 from memstream.core.plain_text import plain
 from memstream.core.recall.config import DEFAULT
+from memstream.core.sentences import without_small_talk
 
 Complexity = Literal["simple", "hybrid", "complex"]
 
@@ -173,6 +174,22 @@ def phatic(item: Item, min_content_words: int = DEFAULT.min_content_words) -> bo
 
 def drop_phatic(scored: Sequence[Scored], min_content_words: int = DEFAULT.min_content_words) -> list[Scored]:
     return [p for p in scored if not phatic(p[0], min_content_words)]
+
+
+def condensed(item: Item) -> Item:
+    """A unit as recall returns it: each ``speaker: content`` line without its small-talk sentences
+    (``sentences.without_small_talk``: greetings, thanks, bare reactions), captions kept, a line of
+    small talk only kept whole. "Melanie: Wow, Caroline! Thanks! I ran a charity race last week." reads
+    "Melanie: I ran a charity race last week."; other items as they are."""
+    if item.kind != "unit":
+        return item
+    text = "\n".join(_condensed_line(line) for line in item.text.splitlines())
+    return item if text == item.text else replace(item, text=text)
+
+
+def _condensed_line(line: str) -> str:
+    speaker, sep, content = line.partition(": ")
+    return f"{speaker}{sep}{without_small_talk(content)}" if sep else line
 
 
 def ancestor_ids(item: Item, by_id: Mapping[str, Item]) -> list[str]:
