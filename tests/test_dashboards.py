@@ -114,7 +114,7 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             broker,
             tmp,
             MEMSTREAM_GATEWAY_PORT=str(port),
-            MEMSTREAM_API_KEYS=json.dumps({KEY: "demo"}),
+            MEMSTREAM_API_KEYS=json.dumps({KEY: "default"}),
             MEMSTREAM_LLM_BASE_URL=llm.base_url,
             MEMSTREAM_LLM_MODEL="test-model",
             MEMSTREAM_LLM_MAX_RETRIES="2",
@@ -134,11 +134,11 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             async def malformed_and_misplaced() -> None:
                 async with producer(settings) as p:
                     topic = settings.topic(TURNS.name)
-                    await p.send_and_wait(topic, b"{not json", key=b"demo/user-0002")
+                    await p.send_and_wait(topic, b"{not json", key=b"default/user-0002")
                     # A turn on a partition other than its key's, as another client's partitioner
                     # would place it: forwarded, and counted.
-                    stray = {**turns[0], "tenant": "demo", "turn_id": "misplaced-1"}
-                    key = f"demo/{stray['user_id']}".encode()
+                    stray = {**turns[0], "tenant": "default", "turn_id": "misplaced-1"}
+                    key = f"default/{stray['user_id']}".encode()
                     n = settings.topic_partitions
                     elsewhere = (partition_for(key, n) + 1) % n
                     await p.send_and_wait(topic, json.dumps(stray).encode(), key=key, partition=elsewhere)
@@ -233,18 +233,18 @@ def test_the_run_produced_what_the_panels_show(scrape: Scrape) -> None:
         return sum(v for lab, v in samples.get(name, []) if labels.items() <= lab.items())
 
     # The gateway's turns and the misplaced one produced directly, forwarded once.
-    assert total("memstream_turns_ingested_total", tenant="demo") == scrape.turns + 1
+    assert total("memstream_turns_ingested_total", tenant="default") == scrape.turns + 1
     assert total("memstream_turns_rerouted_total") == 1
-    assert total("memstream_gateway_turns_accepted_total", tenant="demo") == scrape.turns
+    assert total("memstream_gateway_turns_accepted_total", tenant="default") == scrape.turns
     assert total("memstream_dead_letters_total", stage="decode", reason="malformed_json") == 1
     assert total("memstream_gateway_request_seconds_count", route="/v1/recall") == 3
-    assert total("memstream_llm_calls_total", outcome="budget", tenant="demo") > 0
+    assert total("memstream_llm_calls_total", outcome="budget", tenant="default") > 0
     assert total("memstream_llm_calls_total", outcome="retry") >= 1
-    assert total("memstream_llm_tokens_total", tenant="demo", model="test-model") > 0
+    assert total("memstream_llm_tokens_total", tenant="default", model="test-model") > 0
     assert total("memstream_consolidations_total", outcome="deferred") > 0  # the budget deferred work
     triggers = {lab["trigger"] for lab, v in samples["memstream_consolidations_total"] if v > 0}
     assert "session" in triggers
-    assert total("memstream_users_deleted_total", tenant="demo") == 1
+    assert total("memstream_users_deleted_total", tenant="default") == 1
     partitions = {lab["partition"] for lab, _ in samples["memstream_consumer_lag"]}
     assert partitions == {"0", "1"}
 

@@ -137,7 +137,7 @@ def test_token_counters_equal_the_servers_usage(run: Run) -> None:
     assert run.cost["prompt_tokens"] == served["prompt_tokens"]
     assert run.cost["completion_tokens"] == served["completion_tokens"]
     assert run.cost["eager_calls"] > run.cost["llm_calls"]
-    assert set(run.cost["by_tenant"]) == {"demo"}
+    assert set(run.cost["by_tenant"]) == {"default"}
 
 
 def test_reindex_rebuilds_the_same_memories(run: Run) -> None:

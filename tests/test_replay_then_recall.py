@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,3 +80,14 @@ def test_replay_then_recall_with_defaults_finds_the_conversation(
     assert turns <= {f"D1:{n}" for n in range(1, len(SESSION) + 1)}
     assert "Pico" in body["context"]
     assert body["tokens"] == math.ceil(len(body["context"]) / 4) <= 200
+
+
+def test_the_readmes_curl_finds_the_bundled_sample(pipeline: tuple[Pipeline, str]) -> None:
+    """`memstream replay examples/sample.jsonl`, then the README's recall, both with defaults."""
+    pipe, url = pipeline
+    replayed = pipe.cli("replay", "examples/sample.jsonl", "--wait", "--timeout", "100")
+    assert replayed.returncode == 0, replayed.stderr + pipe.logs()
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    body = orjson.loads(re.search(r"""curl -s localhost:8080/v1/recall .*?-d '([^']+)'""", readme, re.S)[1])  # type: ignore[index]
+    found = httpx.post(f"{url}/v1/recall", json=body, timeout=30).json()
+    assert found["items"] and "moving" in found["context"].lower(), found

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import partial
 
-from schemas.events import Message, Role, Turn
+from schemas.events import DEFAULT_TENANT, Message, Role, Turn
 
 NAMES = ["Maya", "Tomas", "Priya", "Jonas", "Ines", "Kofi", "Lena", "Ravi", "Sofia", "Daniel", "Aiko"]
 # city -> a place near home there
@@ -566,7 +566,7 @@ def generate(
     users: int = 5,
     days: int = 45,
     *,
-    tenant: str = "demo",
+    tenant: str = DEFAULT_TENANT,
     start: datetime = datetime(2025, 1, 6, 9, 0),
     seed: int = 7,
 ) -> Iterator[Turn]:
