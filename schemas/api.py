@@ -11,6 +11,7 @@ from schemas.events import (
     Identifier,
     IsoAwareDatetime,
     IsoDatetime,
+    MessageText,
     MetadataValue,
     Role,
     Speaker,
@@ -53,7 +54,7 @@ CHAT_SESSION = "chat"
 
 class ChatMessage(Request):
     role: Role
-    content: str = Field(min_length=1, description="the message text")
+    content: MessageText
     name: Speaker | None = Field(None, description="who said it; default: the role")
 
 

@@ -182,21 +182,26 @@ Speaker = Annotated[
 ]
 
 
+def _message_text(v: str) -> str:
+    if not v.strip():
+        raise ValueError("content is empty")
+    if "\x00" in v:
+        raise ValueError("content contains a NUL byte")
+    return v
+
+
+MessageText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS),
+    AfterValidator(_message_text),
+    Field(description="the message text: not blank, no NUL bytes"),
+]
+
+
 class Message(Record):
     speaker: Speaker
     role: Role = Role.USER
-    content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] = Field(
-        description="the message text: not blank, no NUL bytes"
-    )
-
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("content is empty")
-        if "\x00" in v:
-            raise ValueError("content contains a NUL byte")
-        return v
+    content: MessageText
 
 
 class Turn(Record):
@@ -210,7 +215,10 @@ class Turn(Record):
     user_id: Identifier
     session_id: Identifier
     turn_id: Identifier = Field(description="client-supplied idempotency key, unique per user")
-    ts: IsoDatetime
+    ts: IsoDatetime = Field(
+        description="dialogue time, ISO 8601; from MEMSTREAM_MIN_TS (default 1970-01-01T00:00:00Z) to "
+        "MEMSTREAM_MAX_FUTURE_SKEW_S (default a day) past now, else 422 timestamp_out_of_range"
+    )
     timezone: str | None = Field(default=None, description="IANA zone for naive ts and windows")
     messages: list[Message] = Field(min_length=1, max_length=2)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)

@@ -491,6 +491,13 @@ def test_each_body_shape_gets_its_own_errors(gateway: Gateway) -> None:
         chat = c.post("/v1/turns", json={"user_id": "u", "messages": [{"role": "system", "content": "x"}]})
         assert chat.status_code == 422
         assert [e["loc"] for e in chat.json()["detail"]] == [["body", "messages", "messages", 0, "role"]]
+        nul = c.post(
+            "/v1/turns", json={"user_id": "u", "messages": [{"role": "user", "content": "a\u0000b"}]}
+        )
+        assert nul.status_code == 422 and "NUL" in nul.text
+        long_meta = {"note": "x" * 10_000}
+        meta = c.post("/v1/turns", json={"user_id": "u", "messages": CHAT[:1], "metadata": long_meta})
+        assert meta.status_code == 422 and meta.json()["detail"][0]["loc"][:2] == ["body", "messages"]
         batch = c.post("/v1/turns", json={"turns": []})
         assert [e["loc"] for e in batch.json()["detail"]] == [["body", "batch", "turns"]]
 

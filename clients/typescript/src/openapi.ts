@@ -354,7 +354,7 @@ export interface components {
         ChatMessage: {
             /**
              * Content
-             * @description the message text
+             * @description the message text: not blank, no NUL bytes
              */
             content: string;
             /**
@@ -816,6 +816,7 @@ export interface components {
             /**
              * Ts
              * Format: date-time
+             * @description dialogue time, ISO 8601; from MEMSTREAM_MIN_TS (default 1970-01-01T00:00:00Z) to MEMSTREAM_MAX_FUTURE_SKEW_S (default a day) past now, else 422 timestamp_out_of_range
              */
             ts: string;
             /**
@@ -1618,7 +1619,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                name: "find_entity_contexts" | "find_memory_contexts" | "lexical_retrieve" | "semantic_retrieve";
             };
             cookie?: never;
         };

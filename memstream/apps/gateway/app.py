@@ -497,10 +497,15 @@ def create_app(settings: Settings) -> FastAPI:
         Turns are checked as the ingest processor checks them (time zone, time range, size): one
         invalid turn refuses the whole request with 422. No LLM on this path."""
         if isinstance(body, MessagesIn):
-            incoming: list[TurnIn] = [
-                TurnIn.model_validate(t.model_dump())
-                for t in turns_from_messages(body, tenant, datetime.now(UTC), idempotency_key)
-            ]
+            try:
+                made = turns_from_messages(body, tenant, datetime.now(UTC), idempotency_key)
+            except ValidationError as exc:  # what a turn allows and the messages shape cannot say
+                errors = [
+                    {"loc": ["body", "messages", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                    for e in exc.errors()[:MAX_ERRORS]
+                ]
+                raise HTTPException(422, errors) from exc
+            incoming: list[TurnIn] = [TurnIn.model_validate(t.model_dump()) for t in made]
         else:
             incoming = body.turns if isinstance(body, TurnBatch) else [body]
         turns = [_owned_turn(t, i, tenant, limits) for i, t in enumerate(incoming)]
@@ -568,7 +573,12 @@ def create_app(settings: Settings) -> FastAPI:
         tags=["tools"],
         responses={404: {"model": Problem, "description": "no such tool"}},
     )
-    def post_tool(name: str, body: ToolCall, tenant: Tenant, svc: Svc) -> ToolResult:
+    def post_tool(
+        name: Annotated[str, PathParam(json_schema_extra={"enum": sorted(TOOLS)})],
+        body: ToolCall,
+        tenant: Tenant,
+        svc: Svc,
+    ) -> ToolResult:
         """Run one agent tool for ``user_id`` with the arguments its schema describes."""
         if name not in TOOLS:
             raise HTTPException(404, f"unknown tool {name!r}; GET /v1/tools lists them")
