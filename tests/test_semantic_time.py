@@ -419,3 +419,23 @@ def test_past_expression_on_each_weekday() -> None:
 def test_every_rule_has_its_resolver() -> None:
     """A rule without one would raise only when it first matched, on a turn in production."""
     assert list(semantic_time._RESOLVERS) == [name for name, _, _ in semantic_time._RULES]
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("My sister is visiting Lisbon in March.", date(2027, 3, 1)),  # a plan: the next March
+        ("I visited Lisbon in March.", date(2026, 3, 1)),
+        ("In March my sister is visiting.", date(2027, 3, 1)),
+        ("In March we moved.", date(2026, 3, 1)),
+        ("It was amazing in March, and I will go again.", date(2026, 3, 1)),  # the plan is another clause
+        ("I will never forget what happened in March", date(2026, 3, 1)),  # the nearest verb is past
+        ("We're going to run the race on 14 March!", date(2027, 3, 14)),
+        ("I ran the race on 14 March.", date(2026, 3, 14)),
+        ("I'm flying to Porto in December", date(2026, 12, 1)),  # this month is not past
+    ],
+)
+def test_a_bare_date_in_a_plan_is_the_next_one(text: str, start: date) -> None:
+    said = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    (found,) = extract_event_times(text, said)
+    assert found.start.date() == start

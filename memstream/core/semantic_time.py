@@ -322,6 +322,18 @@ def _past_day_of_year(ctx: _Ctx, month: int, day: int) -> date:
     raise ValueError(f"no such day: {month}/{day}")
 
 
+def _next_day_of_year(ctx: _Ctx, month: int, day: int) -> date:
+    """The first month/day not before today."""
+    for year in range(ctx.today.year, ctx.today.year + 9):
+        try:
+            candidate = date(year, month, day)
+        except ValueError:
+            continue
+        if candidate >= ctx.today:
+            return candidate
+    raise ValueError(f"no such day: {month}/{day}")
+
+
 # --- rule resolvers -----------------------------------------------------------------------------------------
 # Groups come from the lower-cased text; _cased() looks at the original where capitalisation matters.
 
@@ -352,9 +364,11 @@ def _r_my(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     return ctx.span(_month_start(index), _month_start(index + 1), Granularity.MONTH)
 
 
-def _day_month(ctx: _Ctx, day: str, month: str, year: str | None) -> _Interval:
+def _day_month(ctx: _Ctx, day: str, month: str, year: str | None, planned: bool = False) -> _Interval:
     month_number = _MONTHS[month[:3]]
-    if year is None:
+    if year is None and planned:
+        d = _next_day_of_year(ctx, month_number, int(day))
+    elif year is None:
         d = _past_day_of_year(ctx, month_number, int(day))
     else:
         d = date(int(year), month_number, int(day))
@@ -364,13 +378,13 @@ def _day_month(ctx: _Ctx, day: str, month: str, year: str | None) -> _Interval:
 def _r_dmy(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     if not _cased(m, "dmy_m", ctx):
         return None
-    return _day_month(ctx, m["dmy_d"], m["dmy_m"], m["dmy_y"])
+    return _day_month(ctx, m["dmy_d"], m["dmy_m"], m["dmy_y"], _planned(ctx, m.start()))
 
 
 def _r_mdy(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     if not _cased(m, "mdy_m", ctx):
         return None
-    return _day_month(ctx, m["mdy_d"], m["mdy_m"], m["mdy_y"])
+    return _day_month(ctx, m["mdy_d"], m["mdy_m"], m["mdy_y"], _planned(ctx, m.start()))
 
 
 def _r_season_year(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
@@ -469,10 +483,46 @@ def _r_weekday(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     return _weekday(ctx, m["wd_d"], -1)
 
 
-def _month_interval(ctx: _Ctx, name: str, mod: str | None) -> _Interval:
+# A plan or an intention in the clause ("will", "going to", "I'm flying to…"): a bare date in it
+# is the next one, not the last ("My sister is visiting in March", said in November: next March).
+# The futurate progressive is told by verbs of travel and arrangement, as English grammars list them.
+_PLANNED = re.compile(
+    r"\b(?:will|shall|won't|going\s+to|gonna|about\s+to|plan(?:s|ning)?\s+to|hop(?:e|es|ing)\s+to|"
+    r"can't\s+wait|looking\s+forward|"
+    r"(?:am|is|are|i'm|we're|they're|you're|he's|she's)\s+(?:\w+\s+)?"
+    r"(?:visiting|coming|going|flying|driving|moving|leaving|starting|travell?ing|heading|getting|"
+    r"meeting|seeing|having|hosting|taking|running|competing|performing|arriving|returning|joining))\b|"
+    r"\w'll\b"
+)
+_CLAUSE_END = re.compile(r"[.!?;,\n]|\bbut\b")
+
+
+_DONE = re.compile(r"\b(?:\w+ed|was|were|did|had|went|came|got|saw|made|took|gave|told|said|met|ran|left)\b")
+
+
+def _planned(ctx: _Ctx, pos: int) -> bool:
+    """Whether the clause around ``pos`` speaks of something still to come: the verb nearest before
+    the date (or, with none before it, the verbs after it) is a plan rather than a past tense."""
+    text = ctx.text.lower()
+    start = max((m.end() for m in _CLAUSE_END.finditer(text, 0, pos)), default=0)
+    end_match = _CLAUSE_END.search(text, pos)
+    end = end_match.start() if end_match else len(text)
+
+    def last(pattern: re.Pattern[str], lo: int, hi: int) -> int:
+        return max((m.start() for m in pattern.finditer(text, lo, hi)), default=-1)
+
+    plan, done = last(_PLANNED, start, pos), last(_DONE, start, pos)
+    if plan >= 0 or done >= 0:
+        return plan > done
+    return _PLANNED.search(text, pos, end) is not None and _DONE.search(text, pos, end) is None
+
+
+def _month_interval(ctx: _Ctx, name: str, mod: str | None, planned: bool = False) -> _Interval:
     month = _MONTHS[name[:3]]
     year, current = ctx.today.year, ctx.today.month
-    if mod is None:  # bare "in March": the most recent March not after this month
+    if mod is None and planned:  # "visiting in March": the next March not before this month
+        year += month < current
+    elif mod is None:  # bare "in March": the most recent March not after this month
         year -= month > current
     else:
         direction = _direction(mod)
@@ -493,7 +543,7 @@ def _r_month_mod(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
 def _r_month(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
     if not _cased(m, "mo_m", ctx):
         return None
-    return _month_interval(ctx, m["mo_m"], None)
+    return _month_interval(ctx, m["mo_m"], None, _planned(ctx, m.start()))
 
 
 def _season_candidates(season: str, today: date) -> list[tuple[date, date]]:
