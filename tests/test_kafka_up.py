@@ -73,6 +73,11 @@ class Poster(threading.Thread):
                 self.accepted[str(body["turn_id"])] = r.json()["content_hashes"][0]
 
 
+def rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
 def on_kafka(up: Up) -> Up:
     up.env["MEMSTREAM_BROKER"] = "kafka"
     return up
@@ -112,8 +117,12 @@ def test_kill_9_of_everything_keeps_every_accepted_turn_once(up: Up) -> None:
     wrong = [k for k, r in hashes.items() if r.json()["content_hash"] != accepted[k]]
     assert not wrong, wrong[:5]
 
+    kafka_pid = json.loads((Path(up.env["MEMSTREAM_DATA_DIR"]) / "kafka.pid").read_text())["pid"]
+    rss_mb = rss_kb(kafka_pid) / 1024
+    t_stop = time.monotonic()
     os.kill(up.proc.pid, signal.SIGTERM)
     assert up.proc.wait(timeout=120) == 0, up.logs()
+    stop_s = time.monotonic() - t_stop
     up.proc = None
     units, _ = stored(up.settings)
     copies = Counter((u.user_id, u.turn_id) for u in units)
@@ -121,7 +130,7 @@ def test_kill_9_of_everything_keeps_every_accepted_turn_once(up: Up) -> None:
         f"\nkafka, kill -9 of {len(spawned)} children while ingesting: {len(accepted)} accepted (202), "
         f"{len(posted)} posted; after the restart {sum(1 for k in accepted if copies[k] == 1)} accepted "
         f"stored once, {len(units)} units in all; ready {ready_s:.1f}s and settled {settled_s:.1f}s "
-        "after the restart"
+        f"after the restart; Kafka's RSS {rss_mb:.0f} MB; SIGTERM stopped `up` in {stop_s:.1f}s"
     )
     assert all(copies[k] == 1 for k in accepted), [k for k in accepted if copies[k] != 1][:5]
     assert set(copies) <= posted and max(copies.values()) == 1  # nothing invented, nothing twice
