@@ -143,7 +143,8 @@ class KafkaServer:
     ) -> None:
         self.port = port
         self.controller_port = controller_port
-        self.data_dir = data_dir
+        # Absolute: the leftover check matches the path in a JVM's command line, whatever the cwd was.
+        self.data_dir = data_dir.resolve()
         self.log_path = log_path
         self.libs = libs
         self.heap = heap
