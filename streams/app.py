@@ -33,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import faust
+from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducerService
 from faust.types import TP, EventT
 
 from consumers import Consolidation
@@ -125,6 +126,18 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     if "consolidate" in roles:
         tree_state = user_table("tree-state")  # memstream.core.tree.TreeState
         user_tables.append(tree_state)
+
+    @app.task
+    async def know_changelogs() -> None:
+        # A use_partitioner table picks its changelog record's partition from the producer's cached
+        # metadata, without waiting for it (faust's key_partition). Apache Kafka answers a client's
+        # metadata request with the topics it asks for: a producer that never sent to a changelog
+        # does not know it, and the write fails (TypeError, retried for ever in tests/test_routing.py
+        # on Kafka). Tansu answered with every topic. Ask for them once, at start.
+        if isinstance(app.producer, AIOKafkaProducerService):
+            producer = app.producer._ensure_producer()
+            for table in app.tables.values():
+                await producer.partitions_for(table.changelog_topic.get_topic_name())
 
     # ---- what the handlers share ---------------------------------------------------------------
     # An ingest batch, the erase of a deleted user and the idle timer never interleave: a batch

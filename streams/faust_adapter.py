@@ -78,6 +78,11 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "broker_max_poll_records": MAX_POLL_RECORDS,
         "stream_buffer_maxsize": max(4096, 5 * settings.topic_partitions * MAX_POLL_RECORDS),
     }
+    if settings.group_session_timeout_s:
+        conf.update(
+            broker_session_timeout=settings.group_session_timeout_s,
+            broker_heartbeat_interval=settings.group_session_timeout_s / 10,  # Kafka's ratio
+        )
     if settings.tansu_quirks:
         # Tansu (test/dev broker) reports wrong end offsets for multi-record batches and
         # makes group joins wait half the rebalance timeout (README, "Tansu, the development broker").

@@ -1,4 +1,8 @@
-"""Shared fixtures: the real Tansu broker for the session, and `memstream up` worker processes."""
+"""Shared fixtures: a real broker for the session, and `memstream up` worker processes.
+
+The broker is Tansu, or Apache Kafka, or each in turn: ``MEMSTREAM_TEST_BROKERS=tansu,kafka``
+(default ``tansu``) runs every test that takes the ``broker`` fixture once per broker named, its id
+ending in ``[tansu]`` or ``[kafka]``. Kafka's tests skip where Java or its jars are missing."""
 
 from __future__ import annotations
 
@@ -23,10 +27,12 @@ from hypothesis import settings as hypothesis_settings
 from consumers.extractive import sentences, substantive
 from consumers.writer import unit_source
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.kafka import group_offsets
+from memstream.adapters.kafka import group_offsets, wait_group_coordinator
+from memstream.adapters.kafka_server import KafkaServer, missing
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import VectorStore, open_shards, scroll_all
 from memstream.adapters.store.shards import all_stores
+from memstream.apps.status import fetch_status, worker_ports
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
@@ -41,11 +47,32 @@ hypothesis_settings.load_profile("memstream")
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with Broker(free_port(), log) as b:
+TEST_BROKERS = os.environ.get("MEMSTREAM_TEST_BROKERS", "tansu").split(",")
+AnyBroker = Broker | KafkaServer
+KAFKA_SESSION_TIMEOUT_S = (
+    "10"  # as `memstream up` gives its embedded Kafka: a killed worker's partitions wait 10 s
+)
+
+
+def start_broker(kind: str, tmp: Path) -> AnyBroker:
+    """A started Tansu or Kafka on free ports; Kafka with its group coordinator up, so that the
+    first test's group join does not meet COORDINATOR_NOT_AVAILABLE for seconds."""
+    if kind == "tansu":
+        return Broker(free_port(), tmp / "tansu.log").start()
+    if missing():
+        pytest.skip(f"no Apache Kafka here: {missing()}")
+    kafka = KafkaServer(free_port(), free_port(), tmp / "kafka", tmp / "kafka.log").start()
+    asyncio.run(wait_group_coordinator(Settings(bootstrap_servers=kafka.bootstrap)))
+    return kafka
+
+
+@pytest.fixture(scope="session", params=TEST_BROKERS)
+def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnyBroker]:
+    b = start_broker(request.param, tmp_path_factory.mktemp(request.param))
+    try:
         yield b
+    finally:
+        b.stop()
 
 
 @dataclass
@@ -91,12 +118,29 @@ class Pipeline:
         return "\n".join(found[-last:]) or "(no warnings or errors logged)"
 
 
-def make_pipeline(broker: Broker, tmp: Path, **overrides: str) -> Pipeline:
+def each_worker_owns_a_partition(settings: Settings) -> bool:
+    """Whether the group has settled on every worker: on Kafka the first worker up takes every
+    partition and processes until the next joins, and that rebalance redelivers what it had not
+    committed (counted as duplicates); Tansu makes the first join wait, so both join at once."""
+    try:
+        return all(
+            fetch_status(settings.model_copy(update={"workers": 1, "metrics_port": port}), timeout=5)[
+                "partitions"
+            ]
+            for port in worker_ports(settings)
+        )
+    except OSError:
+        return False
+
+
+def make_pipeline(broker: AnyBroker, tmp: Path, **overrides: str) -> Pipeline:
     run = uuid.uuid4().hex[:8]
+    on_kafka = isinstance(broker, KafkaServer)
     env = {
         **os.environ,
         "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-        "MEMSTREAM_TANSU_QUIRKS": "true",
+        "MEMSTREAM_TANSU_QUIRKS": str(not on_kafka).lower(),
+        **({"MEMSTREAM_GROUP_SESSION_TIMEOUT_S": KAFKA_SESSION_TIMEOUT_S} if on_kafka else {}),
         "MEMSTREAM_TOPIC_PREFIX": f"t{run}.",
         "MEMSTREAM_APP_ID": f"memstream-test-{run}",
         "MEMSTREAM_DATA_DIR": str(tmp / "data"),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -136,32 +139,36 @@ def test_sample_writes_the_bundled_set(tmp_path, capsys: pytest.CaptureFixture[s
     assert out.read_bytes() == SAMPLE.read_bytes()
 
 
-def test_broker_command_serves_kafka_and_stops_tansu_on_sigterm() -> None:
-    import signal
-    import subprocess
-    import sys
-    import time
-
+@pytest.mark.parametrize("broker", ["tansu", "kafka"])
+def test_broker_command_serves_kafka_and_stops_its_broker_on_sigterm(broker: str, tmp_path: Path) -> None:
     from memstream.adapters.broker import port_open
+    from memstream.adapters.kafka_server import missing
 
+    if broker == "kafka" and missing():
+        pytest.skip(f"no Apache Kafka here: {missing()}")
     port = free_port()
+    env = {**os.environ, "MEMSTREAM_BROKER": broker, "MEMSTREAM_DATA_DIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "memstream.apps.cli", "broker", "--port", str(port)],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 90
         while not port_open(port) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert port_open(port), "the broker never listened"
+        assert proc.stdout is not None
+        said = proc.stdout.readline().decode()  # printed once started: a SIGTERM before it is a race
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
+        proc.wait(timeout=60)
     deadline = time.monotonic() + 5
     while port_open(port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not port_open(port), "Tansu outlived `memstream broker`"
+    assert not port_open(port), f"{broker} outlived `memstream broker`"
+    assert ("Apache Kafka (log in" if broker == "kafka" else "Tansu (memory storage") in said, said
 
 
 def test_status_of_several_workers_adds_up() -> None:

@@ -27,7 +27,15 @@ from memstream.core.tree import covers
 from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
 from schemas.memory import Memory, MemoryKind
 from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
-from tests.conftest import LOCOMO, Pipeline, make_pipeline, small_talk_requests, stored, wait_for
+from tests.conftest import (
+    LOCOMO,
+    Pipeline,
+    each_worker_owns_a_partition,
+    make_pipeline,
+    small_talk_requests,
+    stored,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +96,8 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     pipeline = make_pipeline(broker, tmp, MEMSTREAM_WORKERS="2").start()
     settings = pipeline.settings
     try:
+        # The duplicate count below is the test's own redeliveries only: no rebalance mid-replay.
+        wait_for(lambda: each_worker_owns_a_partition(settings), 120, "both workers to own a partition")
         generated = list(generate(users=4, days=40, seed=11))
         records = [RawRecord(t.key, t.to_bytes()) for t in generated]
         expected = {f"{t.key}/{t.turn_id}": t for t in generated}

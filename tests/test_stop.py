@@ -105,6 +105,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
         MEMSTREAM_RATE_LIMIT_PER_S="10000",
         MEMSTREAM_RATE_LIMIT_BURST="10000",
         MEMSTREAM_LOG_LEVEL="INFO",
+        MEMSTREAM_BROKER="tansu",  # the drain is Tansu's; tests/test_kafka_up.py sets kafka
     )
     if "CALF_TANSU_BIN" in os.environ:
         env["CALF_TANSU_BIN"] = os.environ["CALF_TANSU_BIN"]

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -115,8 +116,7 @@ class Broker:
         try:
             self._wait_ready(timeout)
             if self.pidfile:
-                record = {"pid": self.proc.pid, "port": self.port, "owner": os.getpid()}
-                self.pidfile.write_text(json.dumps(record))
+                write_pidfile(self.pidfile, self.proc.pid, self.port)
         except BaseException:
             # Also on SIGTERM/Ctrl-C while waiting: `with` would not call __exit__ for us.
             self.stop()
@@ -143,10 +143,18 @@ class Broker:
         self.stop()
 
 
-def stop_leftover(pidfile: Path, timeout: float = 5.0) -> tuple[int, int] | None:
+def write_pidfile(pidfile: Path, pid: int, port: int) -> None:
+    """Record a broker this process started, for :func:`stop_leftover` of a later run."""
+    pidfile.write_text(json.dumps({"pid": pid, "port": port, "owner": os.getpid()}))
+
+
+def stop_leftover(
+    pidfile: Path, timeout: float = 5.0, is_ours: Callable[[int, int], bool] | None = None
+) -> tuple[int, int] | None:
     """Stop the broker ``pidfile`` names if it still runs and the process that started it does
     not (SIGTERM, then SIGKILL after ``timeout``) and remove the file; the pid and port stopped,
-    or None. A broker whose starter runs is left alone: another `memstream up` on this data dir."""
+    or None. A broker whose starter runs is left alone: another `memstream up` on this data dir.
+    ``is_ours(pid, port)`` says whether the pid is still that broker (default: our Tansu)."""
     try:
         record = json.loads(pidfile.read_text())
         pid, port, owner = int(record["pid"]), int(record["port"]), int(record.get("owner", 0))
@@ -156,7 +164,7 @@ def stop_leftover(pidfile: Path, timeout: float = 5.0) -> tuple[int, int] | None
         log.warning("ignoring the unreadable broker pidfile %s", pidfile)
         pidfile.unlink(missing_ok=True)
         return None
-    if not is_tansu(pid, port):  # gone, or the pid now belongs to another process
+    if not (is_ours or is_tansu)(pid, port):  # gone, or the pid now belongs to another process
         pidfile.unlink(missing_ok=True)
         return None
     if owner and owner != os.getpid() and running(owner):

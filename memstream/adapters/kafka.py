@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import CoordinatorNotAvailableError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 
@@ -127,6 +127,27 @@ async def ensure_topics(settings: Settings, update_existing: bool = False) -> To
     finally:
         await admin.close()
     return report
+
+
+async def wait_group_coordinator(settings: Settings, timeout: float = 60.0) -> float:
+    """Wait until the broker names a coordinator for the pipeline's group; the seconds it took.
+    A fresh Kafka cluster answers COORDINATOR_NOT_AVAILABLE until it has created
+    ``__consumer_offsets`` (a few seconds, measured), which the group's first join would otherwise meet."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        while True:
+            try:
+                await admin.find_coordinator(settings.app_id)
+                return loop.time() - start
+            except CoordinatorNotAvailableError:
+                if loop.time() - start > timeout:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
 
 
 async def _set_retention(

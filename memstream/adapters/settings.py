@@ -29,7 +29,18 @@ class Settings(BaseSettings):
     # --- where things live -------------------------------------------------------------
     data_dir: Path = Field(Path(".memstream"), description="embedded store and state directory")
     bootstrap_servers: str | None = Field(
-        None, description="Kafka bootstrap servers; unset = start the embedded Tansu broker"
+        None, description="Kafka bootstrap servers; unset = start the embedded broker (MEMSTREAM_BROKER)"
+    )
+    broker: Literal["auto", "kafka", "tansu"] = Field(
+        "auto",
+        description="the embedded broker: kafka = Apache Kafka, its log in the data dir (accepted turns "
+        "survive a stop, kill -9 and a restart); tansu = Tansu, log in memory (no Java); auto = kafka "
+        "where Java 17+ and the jars of `make install` are present, else tansu",
+    )
+    kafka_libs: Path | None = Field(
+        None,
+        description="directory of the Apache Kafka jars for the embedded broker; unset = "
+        ".memstream/kafka/<version>/libs of the memstream checkout (`make install` fetches them)",
     )
     embedded_broker_port: int = Field(9092, description="port of the embedded broker on 127.0.0.1")
     topic_prefix: str = Field("memstream.", description="prefix of every topic name")
@@ -190,6 +201,12 @@ class Settings(BaseSettings):
     batch_within_s: float = Field(0.2, gt=0, description="max wait to fill a batch")
     commit_interval_s: float = Field(
         0.5, gt=0, description="how often processed offsets are committed (redelivery window on a crash)"
+    )
+    group_session_timeout_s: float | None = Field(
+        None,
+        ge=6,
+        description="how long a worker killed without leaving its consumer group holds its partitions; "
+        "unset = 60, 10 on the embedded Kafka (its workers are local processes)",
     )
     max_turn_bytes: int = Field(262_144, ge=1024, description="larger records are dead-lettered")
     max_future_skew_s: float = Field(86_400, ge=0, description="how far ts may lie in the future")

@@ -256,7 +256,9 @@ def _parser() -> argparse.ArgumentParser:
     fo.add_argument("--user-key", required=True, help="tenant/user_id, as `memstream users` prints it")
     fo.set_defaults(func=_cmd_forget)
 
-    br = sub.add_parser("broker", help="run the embedded Tansu broker on 127.0.0.1 (development)")
+    br = sub.add_parser(
+        "broker", help="run the embedded broker (MEMSTREAM_BROKER: Kafka or Tansu) on 127.0.0.1 (development)"
+    )
     br.add_argument("--port", type=int, help="port (default MEMSTREAM_EMBEDDED_BROKER_PORT)")
     br.set_defaults(func=_cmd_broker)
 
@@ -518,14 +520,20 @@ def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import time
 
-    from memstream.adapters.broker import Broker
+    from memstream.adapters.broker import BrokerError
+    from memstream.adapters.embedded_broker import describe, embedded_broker
 
     # SIGTERM must unwind the `with` below, or the broker process would outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with Broker(args.port or settings.embedded_broker_port) as broker:
-        print(f"Tansu broker on {broker.bootstrap} (memory storage); Ctrl-C stops it", flush=True)
-        while broker.proc and broker.proc.poll() is None:
-            time.sleep(0.5)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with embedded_broker(settings, args.port) as broker:
+            print(f"broker on {broker.bootstrap}: {describe(settings)}; Ctrl-C stops it", flush=True)
+            while broker.proc and broker.proc.poll() is None:
+                time.sleep(0.5)
+    except BrokerError as exc:
+        print(f"memstream: embedded broker: {exc}", file=sys.stderr)
+        return 1
     print("memstream: the broker exited on its own", file=sys.stderr)
     return 1
 

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from memstream.adapters.broker import free_port, port_open
+from memstream.adapters.embedded_broker import broker_kind, describe
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import read_records
 from memstream.apps.replay import replay
@@ -62,12 +63,13 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
         update={
             "bootstrap_servers": f"127.0.0.1:{broker_port}",
             "metrics_port": metrics_port,
-            "tansu_quirks": True,
+            "tansu_quirks": broker_kind(settings) == "tansu",
         }
     )
     log = data_dir / "pipeline.log"
     print(
-        f"starting the pipeline: embedded broker on 127.0.0.1:{broker_port}, store in {data_dir}, "
+        f"starting the pipeline: embedded broker on 127.0.0.1:{broker_port}, "
+        f"{describe(client.model_copy(update={'data_dir': data_dir}))}, store in {data_dir}, "
         f"embedder {settings.embedder} (log: {log})",
         flush=True,
     )

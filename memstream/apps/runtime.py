@@ -7,10 +7,11 @@ each a share of the partitions, and each serves ``/metrics`` and ``/status`` on 
 With ``table_store=rocksdb`` worker *i* keeps its tables under ``data_dir/faust/worker-<i>``
 (streams/table_store.py), found again when ``up`` restarts.
 
-The workers, the gateway and the embedded broker run in sessions of their own (Ctrl-C in a
-terminal reaches ``up`` alone) and die with ``up`` (memstream/adapters/processes.py). With the
-embedded broker, whose log is in memory, ``up`` drains before it stops them (memstream/apps/drain.py),
-so its workers always run as child processes, even a single one without a gateway.
+The workers, the gateway and the embedded broker (``MEMSTREAM_BROKER``,
+memstream/adapters/embedded_broker.py) run in sessions of their own (Ctrl-C in a terminal reaches
+``up`` alone) and die with ``up`` (memstream/adapters/processes.py). With the embedded broker the
+workers always run as child processes, even a single one without a gateway; with Tansu, whose log is
+in memory, ``up`` drains before it stops them (memstream/apps/drain.py).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from types import FrameType
 from faust import Worker
 
 from consumers import build_consolidation
-from memstream.adapters.broker import Broker
+from memstream.adapters.embedded_broker import broker_kind, describe, embedded_broker
 from memstream.adapters.embedders import make_embedder
-from memstream.adapters.kafka import ensure_topics
+from memstream.adapters.kafka import ensure_topics, wait_group_coordinator
 from memstream.adapters.processes import die_with_parent
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards
@@ -46,6 +47,7 @@ from streams.ingest import IngestProcessor
 from streams.table_store import claim_worker_dir
 
 log = logging.getLogger("memstream")
+EMBEDDED_KAFKA_SESSION_S = 10.0
 
 
 def run_up(settings: Settings) -> int:
@@ -56,24 +58,36 @@ def run_up(settings: Settings) -> int:
             "partitions; the extra workers would sit idle"
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    embedded = settings.bootstrap_servers is None
+    embedded = broker_kind(settings) if settings.bootstrap_servers is None else None
     with ExitStack() as stack:
         if embedded:
-            data = settings.data_dir
-            broker = stack.enter_context(
-                Broker(settings.embedded_broker_port, data / "broker.log", data / "broker.pid")
-            )
+            started = time.monotonic()
+            broker = embedded_broker(settings)
+            stack.enter_context(broker)
             log.info(
-                "embedded Tansu broker on %s (memory storage: data is gone when it stops)", broker.bootstrap
+                "embedded broker on %s in %.1fs: %s",
+                broker.bootstrap,
+                time.monotonic() - started,
+                describe(settings),
             )
             settings = settings.model_copy(
-                update={"bootstrap_servers": broker.bootstrap, "tansu_quirks": True}
+                update={
+                    "bootstrap_servers": broker.bootstrap,
+                    "tansu_quirks": embedded == "tansu",
+                    # A restart after kill -9 waits this long for the killed workers' partitions.
+                    "group_session_timeout_s": settings.group_session_timeout_s
+                    or (EMBEDDED_KAFKA_SESSION_S if embedded == "kafka" else None),
+                }
             )
         asyncio.run(ensure_topics(settings))
+        if embedded == "kafka":
+            waited = asyncio.run(wait_group_coordinator(settings))
+            log.info("Kafka's group coordinator answered after %.1fs", waited)
         if settings.workers == 1 and not settings.gateway_port and not embedded:
             run_worker(settings)
             return 0
-        return run_workers(settings, drain_first=embedded)
+        # Only Tansu's log is in memory: Kafka keeps what was accepted, and a stop need not wait.
+        return run_workers(settings, drain_first=embedded == "tansu")
 
 
 def run_worker(settings: Settings) -> None:
@@ -151,6 +165,8 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
             else secrets.token_urlsafe(32)
         ),
     }
+    if settings.group_session_timeout_s:
+        env["MEMSTREAM_GROUP_SESSION_TIMEOUT_S"] = str(settings.group_session_timeout_s)
     if settings.embedder == "minilm" and not settings.minilm_threads:
         # One onnxruntime session per core in all: N workers must not each take every core.
         env["MEMSTREAM_MINILM_THREADS"] = str(max(1, (os.cpu_count() or 1) // settings.workers))
