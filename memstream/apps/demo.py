@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -37,6 +38,8 @@ DEMO_KEY = "demo-key-not-for-production"
 
 
 def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
+    # httpx logs each request at INFO: between the results, that is noise.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     data_dir = settings.data_dir / "demo"
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
