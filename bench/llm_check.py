@@ -455,8 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.llm_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=LOCOMO, help="LoCoMo-format file (default: the dev split)")
     p.add_argument("--conversations", type=int, default=1, help="conversations of the file (default 1)")
-    p.add_argument("--sessions", type=int, default=3, help="first sessions of each (default 3)")
-    p.add_argument("--threads", type=int, default=2, help="the model server's threads (default 2)")
+    p.add_argument("--sessions", type=int, default=4, help="first sessions of each (default 4)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="the model server's threads (default: half the cores, the rest for the pipeline; more threads "
+        "than free cores spin at llama.cpp's barriers and run slower, not faster)",
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="each eval's limit in s (default 3600)")
     p.add_argument("--cache", type=Path, default=CACHE, help="where the server and model are kept")
     p.add_argument("--json", type=Path, default=CACHE / "llm-check.json", help="the full report")
@@ -464,7 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.data.exists():
         print(f"llm-check: no such file: {args.data}", file=sys.stderr)
         return 2
+    # Both set here: a SIGINT that a shell's background job inherited as ignored would stay ignored in
+    # the eval child too, which stops its pipeline on SIGINT.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         result = check(args)
     except CheckFailed as exc:
