@@ -472,8 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Both set here: a SIGINT that a shell's background job inherited as ignored would stay ignored in
     # the eval child too, which stops its pipeline on SIGINT.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         result = check(args)
     except CheckFailed as exc:
@@ -482,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llm-check: interrupted; the model server and the pipeline were stopped", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():  # as they were for a caller in the same process (tests)
+            signal.signal(sig, handler)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(f"{result['data']}, sample {result['sample']}; LLM: {result['served']}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import zipfile
 from pathlib import Path
 
@@ -104,8 +105,10 @@ def test_the_check_runs_both_writers_against_a_user_supplied_endpoint(
         server.fence_json = True
         monkeypatch.setenv("MEMSTREAM_LLM_BASE_URL", server.base_url)
         monkeypatch.setenv("MEMSTREAM_LLM_MODEL", "the-users-model")
+        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         code = main(["--data", str(data), "--sessions", "1", "--json", str(out), "--timeout", "300"])
     assert code == 0, capsys.readouterr().err
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
     report = orjson.loads(out.read_bytes())
     assert report["served"] == {"base_url": server.base_url, "model": "the-users-model"}
     assert report["sample"] == {"conversations": 1, "sessions": 1}
