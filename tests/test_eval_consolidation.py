@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from memstream.apps import consolidation_scoring as sc
 from memstream.apps.cli import main
-from memstream.apps.eval_consolidation import Node, aggregate, load, score_conversation
+from memstream.apps.eval_consolidation import Node, aggregate, load, sample, score_conversation
 
 UTC_ZONE = ZoneInfo("UTC")
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -230,6 +230,29 @@ def test_a_missing_file_or_bad_timer_is_refused(tmp_path: Path, capsys: pytest.C
     assert "no such file" in capsys.readouterr().err
 
 
+def test_a_sample_keeps_the_first_conversations_and_sessions_with_their_own_gold(tmp_path: Path) -> None:
+    other = {**DATA[0], "sample_id": "conv-other"}
+    part = tmp_path / "part.json"
+    part.write_bytes(orjson.dumps(sample([*DATA, other], conversations=1, sessions=1)))
+    [conv] = load(part)
+    assert conv.sample_id == "conv-pico"
+    assert [s.number for s in conv.sessions] == [1] and len(conv.turns) == len(SESSION_1)
+    assert {o.session for o in conv.observations} == {1} and len(conv.observations) == 2
+    assert [e.text for e in conv.events] == ["Ines adopts a dog named Pico."]
+    assert conv.sessions[0].summary == DATA[0]["session_summary"]["session_1_summary"]
+    # None keeps everything; more sessions than there are is all of them.
+    assert sample(DATA) == [{**DATA[0], "qa": []}]
+    assert sample(DATA, sessions=9) == sample(DATA)
+
+
+def test_a_sample_of_no_session_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data.json"
+    data.write_bytes(orjson.dumps(DATA))
+    assert main(["eval", "consolidation", str(data), "--sessions", "0"]) == 2
+    assert main(["eval", "consolidation", str(data), "--conversations", "0"]) == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
 # --- the command, through a real `memstream up` ------------------------------------------------------
 
 
@@ -285,6 +308,23 @@ def test_the_command_measures_what_the_pipeline_wrote(tmp_path: Path) -> None:
     assert [s["session"] for s in row["session_scores"]] == [1, 2]
     assert "gold observations held by level-1 memory" in done.stdout
     assert "waiting for" in done.stderr  # progress goes to stderr
+    # The worker's own count of what it consolidated: both sessions closed, no LLM (extractive).
+    assert report["counters"]["memstream_consolidations"].get("session/done") == 2
+    assert report["counters"]["memstream_llm_calls"] == {}
+
+
+@pytest.mark.integration
+def test_a_sample_is_replayed_and_scored_on_its_sessions_only(tmp_path: Path) -> None:
+    data, out = tmp_path / "data.json", tmp_path / "report.json"
+    data.write_bytes(orjson.dumps(DATA))
+    done = run_eval(data, out, "--idle-close", "3", "--timeout", "300", "--sessions", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = orjson.loads(out.read_bytes())
+    assert_aggregates_recompute(report)
+    assert report["data"] == str(data) and report["sample"] == {"conversations": None, "sessions": 1}
+    [row] = report["per_conversation"]
+    assert row["turns"] == len(SESSION_1) and row["observations"]["scored"] == 2
+    assert row["memories_by_kind"].get("session") == 1
 
 
 @pytest.mark.integration

@@ -226,6 +226,19 @@ def _parser() -> argparse.ArgumentParser:
     cn.add_argument(
         "--timeout", type=float, default=1800.0, metavar="S", help="give up after this long (default 1800 s)"
     )
+    cn.add_argument(
+        "--conversations",
+        type=int,
+        metavar="N",
+        help="only the file's first N conversations (default: all)",
+    )
+    cn.add_argument(
+        "--sessions",
+        type=int,
+        metavar="N",
+        help="only each conversation's first N sessions, scored against their own gold annotations (default: "
+        "all); a small sample for a slow writer, such as a local LLM",
+    )
     cn.set_defaults(func=_cmd_eval_consolidation)
 
     us = sub.add_parser(
@@ -452,8 +465,18 @@ def _cmd_eval_consolidation(args: argparse.Namespace, settings: Settings) -> int
     if args.idle_close <= 0 or args.timeout <= 0:
         print("memstream: --idle-close and --timeout must be positive", file=sys.stderr)
         return 2
+    if any(n is not None and n < 1 for n in (args.conversations, args.sessions)):
+        print("memstream: --conversations and --sessions must be at least 1", file=sys.stderr)
+        return 2
     try:
-        report = evaluate(settings, args.data, args.idle_close, args.timeout)
+        report = evaluate(
+            settings,
+            args.data,
+            args.idle_close,
+            args.timeout,
+            conversations=args.conversations,
+            sessions=args.sessions,
+        )
     except BadData as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2

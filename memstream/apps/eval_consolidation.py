@@ -69,6 +69,14 @@ from schemas.events import DEFAULT_TENANT
 LEVEL_ONE_KINDS = ("episode", "fact", "observation")
 FACTS = ("fact",)
 EVENT_KINDS = ("day", "week")
+# The worker's counters the report keeps: LLM calls by stage and outcome, its tokens, the
+# consolidations by trigger and outcome, the dead letters.
+COUNTERS = (
+    "memstream_llm_calls",
+    "memstream_llm_tokens",
+    "memstream_consolidations",
+    "memstream_dead_letters",
+)
 EXAMPLES = 3  # held and missed examples kept per metric and conversation
 EXAMPLE_CHARS = 300
 
@@ -154,6 +162,30 @@ def _load(path: Path) -> list[Conversation]:
             )
         )
     return out
+
+
+def sample(
+    data: list[dict[str, Any]], conversations: int | None = None, sessions: int | None = None
+) -> list[dict[str, Any]]:
+    """The first ``conversations`` conversations of a LoCoMo-format file, each cut to its first
+    ``sessions`` sessions (None: all): the turns and every gold annotation keyed by a later session
+    are left out, so a small run is scored against its own sessions only. The questions are dropped:
+    their evidence may lie in a session left out, and this command does not read them."""
+    out = []
+    for conv in data[:conversations]:
+        kept = set(session_numbers(conv["conversation"])[:sessions])
+        cut = {
+            part: {k: v for k, v in conv[part].items() if _kept(k, kept)}
+            for part in ("conversation", "observation", "session_summary", "event_summary")
+            if part in conv
+        }
+        out.append({**conv, **cut, "qa": []})
+    return out
+
+
+def _kept(key: str, sessions: set[int]) -> bool:
+    found = re.search(r"session_(\d+)", key)
+    return found is None or int(found.group(1)) in sessions
 
 
 def _session_of(key: str) -> int:
@@ -452,6 +484,7 @@ def run_pipeline(
             _wait(lambda: asyncio.run(settled(child)), deadline, "consolidation to settle", proc, log, out)
             _note(f"settled after {time.monotonic() - started:.0f}s; reading the timelines", out)
             settled_s = time.monotonic() - started
+            counters = fetch_status(child)
             timelines = {u: _timeline(child, u) for u in users}
         finally:
             stop_session(proc)
@@ -463,6 +496,8 @@ def run_pipeline(
         "idle_close_s": idle_close_s,
         "level_one_kinds": list(LEVEL_ONE_KINDS),
         "settled_s": round(settled_s, 1),  # from starting memstream up until consolidation settled
+        # What the consolidation took, as the worker counted it once settled (label values joined by "/").
+        "counters": {name: counters.get(name, {}) for name in COUNTERS},
     }
     return timelines, meta
 
@@ -549,9 +584,28 @@ def evaluate(
     idle_close_s: float = 20.0,
     timeout_s: float = 1800.0,
     out: TextIO = sys.stderr,
+    conversations: int | None = None,
+    sessions: int | None = None,
 ) -> dict[str, Any]:
-    conversations = load(path)
-    timelines, meta = run_pipeline(settings, path, idle_close_s, timeout_s, out)
+    """The report on ``path``, or on its :func:`sample` when ``conversations`` or ``sessions`` is given."""
+    if conversations is None and sessions is None:
+        return _evaluate(settings, path, path, idle_close_s, timeout_s, out)
+    with tempfile.TemporaryDirectory(prefix="memstream-eval-sample-") as tmp:
+        part = Path(tmp) / path.name
+        try:
+            data = orjson.loads(path.read_bytes())
+            part.write_bytes(orjson.dumps(sample(data, conversations, sessions)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadData(f"{path} is not a LoCoMo-format file ({type(exc).__name__}: {exc})") from exc
+        rep = _evaluate(settings, path, part, idle_close_s, timeout_s, out)
+    return {**rep, "sample": {"conversations": conversations, "sessions": sessions}}
+
+
+def _evaluate(
+    settings: Settings, path: Path, data: Path, idle_close_s: float, timeout_s: float, out: TextIO
+) -> dict[str, Any]:
+    conversations = load(data)
+    timelines, meta = run_pipeline(settings, data, idle_close_s, timeout_s, out)
     return report(path, conversations, timelines, meta, ZoneInfo(settings.default_timezone))
 
 
