@@ -118,6 +118,21 @@ def test_version_and_a_closed_pipe() -> None:
     assert proc.wait(30) == 1 and "Traceback" not in err and "BrokenPipeError" not in err
 
 
+def test_up_takes_its_data_dir_broker_and_port_as_flags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("MEMSTREAM_DATA_DIR", "MEMSTREAM_BROKER", "MEMSTREAM_GATEWAY_PORT", "MEMSTREAM_WORKERS"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test: up sets them for its children
+    monkeypatch.delenv("MEMSTREAM_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("MEMSTREAM_KAFKA_LIBS", str(tmp_path / "no-jars"))
+    data = tmp_path / "elsewhere"
+    assert main(["up", "--data-dir", str(data), "--broker", "kafka", "--port", "0"]) == 1
+    assert data.is_dir() and "no Apache Kafka" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse: a clear usage error
+        main(["up", "--port", "eighty"])
+    assert refused.value.code == 2
+
+
 def test_calibrate_reports_the_distribution_and_a_threshold(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--workers", type=int, help="worker processes sharing the partitions (default MEMSTREAM_WORKERS)"
     )
+    up.add_argument(
+        "--port", type=int, help="the gateway's port, 0 for none (default MEMSTREAM_GATEWAY_PORT)"
+    )
+    up.add_argument("--data-dir", type=Path, help="store, tables and broker log (default MEMSTREAM_DATA_DIR)")
+    up.add_argument(
+        "--broker", choices=["auto", "kafka", "tansu"], help="embedded broker (default MEMSTREAM_BROKER)"
+    )
     up.set_defaults(func=_cmd_up)
 
     gw = sub.add_parser(
@@ -328,8 +335,21 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from memstream.adapters.broker import BrokerError
     from memstream.apps.runtime import run_up
 
-    if args.workers is not None:
-        settings = settings.model_copy(update={"workers": args.workers})
+    # A flag is its variable, set for this process and the workers and gateway it starts.
+    flags = {
+        "WORKERS": args.workers,
+        "GATEWAY_PORT": args.port,
+        "DATA_DIR": args.data_dir,
+        "BROKER": args.broker,
+    }
+    given = {f"MEMSTREAM_{name}": str(value) for name, value in flags.items() if value is not None}
+    if given:
+        os.environ.update(given)
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            print("memstream: invalid settings:\n  " + "\n  ".join(setting_errors(exc)), file=sys.stderr)
+            return 2
     try:
         return run_up(settings)
     except ValueError as exc:
