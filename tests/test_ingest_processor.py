@@ -20,7 +20,8 @@ from memstream.core.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
 from schemas.events import ConsolidationRequest
 from streams.ingest import BatchResult, Incoming, IngestProcessor
 
-TURNS = list(generate(users=3, days=30, seed=5))
+# A tenant whose three users' keys fall on three different partitions of 3 (see the spread test).
+TURNS = list(generate(users=3, days=30, seed=5, tenant="demo"))
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]
 
 
