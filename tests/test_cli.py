@@ -121,8 +121,12 @@ def test_version_and_a_closed_pipe() -> None:
 def test_up_takes_its_data_dir_broker_and_port_as_flags(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # `up` sets these in its own environment for its children: set, then removed, here, monkeypatch
+    # puts back what the test process had (a bare delenv of an unset name records nothing, and the
+    # flags would leak into every later test).
     for name in ("MEMSTREAM_DATA_DIR", "MEMSTREAM_BROKER", "MEMSTREAM_GATEWAY_PORT", "MEMSTREAM_WORKERS"):
-        monkeypatch.delenv(name, raising=False)  # restored after the test: up sets them for its children
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.delenv("MEMSTREAM_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.setenv("MEMSTREAM_KAFKA_LIBS", str(tmp_path / "no-jars"))
     data = tmp_path / "elsewhere"
@@ -131,6 +135,11 @@ def test_up_takes_its_data_dir_broker_and_port_as_flags(
     with pytest.raises(SystemExit) as refused:  # argparse: a clear usage error
         main(["up", "--port", "eighty"])
     assert refused.value.code == 2
+
+
+def test_the_flags_of_up_did_not_leak_into_this_process() -> None:
+    """Runs after the test above: its monkeypatch gave the environment back."""
+    assert os.environ.get("MEMSTREAM_BROKER") != "kafka" and os.environ.get("MEMSTREAM_GATEWAY_PORT") != "0"
 
 
 def test_calibrate_reports_the_distribution_and_a_threshold(
