@@ -343,21 +343,27 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         "BROKER": args.broker,
     }
     given = {f"MEMSTREAM_{name}": str(value) for name, value in flags.items() if value is not None}
-    if given:
-        os.environ.update(given)
-        try:
-            settings = Settings()
-        except ValidationError as exc:
-            print("memstream: invalid settings:\n  " + "\n  ".join(setting_errors(exc)), file=sys.stderr)
-            return 2
+    before = {name: os.environ.get(name) for name in given}
+    os.environ.update(given)
     try:
+        if given:
+            settings = Settings()
         return run_up(settings)
+    except ValidationError as exc:
+        print("memstream: invalid settings:\n  " + "\n  ".join(setting_errors(exc)), file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
     except BrokerError as exc:  # e.g. the port taken, by another `up` on this data dir
         print(f"memstream: embedded broker: {exc}", file=sys.stderr)
         return 1
+    finally:  # a caller in this process (a test) gets its environment back
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
