@@ -44,3 +44,17 @@ def test_each_recalled_item_is_a_document_with_its_provenance() -> None:
         and doc.metadata["source_turn_ids"] == ["t1"]
         and "text" not in doc.metadata
     )
+
+
+def test_an_mcp_tool_error_names_the_fields_not_the_users_input() -> None:
+    from memstream.apps.mcp_server import reason
+
+    detail = [
+        {
+            "loc": ["body", "messages", 0, "content"],
+            "msg": "content contains a NUL byte",
+            "input": "secret\x00",
+        }
+    ]
+    assert reason(detail) == "body.messages.0.content: content contains a NUL byte"
+    assert reason("missing or unknown API key") == "missing or unknown API key"

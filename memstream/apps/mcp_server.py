@@ -45,6 +45,14 @@ def caller_key(headers: Mapping[str, str] | None, default: str | None) -> str | 
     return default
 
 
+def reason(detail: Any) -> str:
+    """A gateway error without the inputs a 422 echoes: the SDK logs a tool's error, and an input
+    may be the user's text."""
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in detail)
+    return str(detail)
+
+
 def build_server(gateway_url: str, api_key: str | None) -> MCPServer:
     server: MCPServer = MCPServer("memstream", instructions=INSTRUCTIONS)
 
@@ -56,7 +64,7 @@ def build_server(gateway_url: str, api_key: str | None) -> MCPServer:
             try:
                 return await getattr(memory, verb)(*args, **kwargs)
             except MemstreamError as exc:  # the gateway's reason, as the tool's error text
-                raise ToolError(f"memstream answered {exc.status}: {exc.detail}") from exc
+                raise ToolError(f"memstream answered {exc.status}: {reason(exc.detail)}") from exc
 
     @server.tool()
     async def add_memory(user_id: str, messages: list[ChatMessage], ctx: Context) -> dict[str, Any]:
