@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
@@ -88,7 +88,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
             "MEMSTREAM_TANSU_QUIRKS": "true",
             "MEMSTREAM_DATA_DIR": str(work / "data"),
             "MEMSTREAM_EMBEDDER": embedder,
-            "MEMSTREAM_METRICS_PORT": str(free_port()),
+            "MEMSTREAM_METRICS_PORT": str(free_ports(workers)),
             "MEMSTREAM_GATEWAY_PORT": "0",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
             "MEMSTREAM_WORKERS": str(workers),

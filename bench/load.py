@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import orjson
 
-from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.processes import stop_session as stop
 from memstream.adapters.settings import Settings
@@ -275,7 +275,6 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
         "MEMSTREAM_TANSU_QUIRKS": "true",
         "MEMSTREAM_DATA_DIR": str(work / "data"),
         "MEMSTREAM_EMBEDDER": "hash",
-        "MEMSTREAM_METRICS_PORT": str(free_port()),
         "MEMSTREAM_METRICS_HOST": "127.0.0.1",
         "MEMSTREAM_GATEWAY_PORT": "0",
         "MEMSTREAM_GATEWAY_HOST": "127.0.0.1",
@@ -283,6 +282,8 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
         "MEMSTREAM_WORKERS": "1",
         **overrides,
     }
+    if "MEMSTREAM_METRICS_PORT" not in overrides:  # worker i serves on the first port + i
+        env["MEMSTREAM_METRICS_PORT"] = str(free_ports(int(env["MEMSTREAM_WORKERS"])))
     log = work / "pipeline.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "memstream.apps.cli", "up"],

@@ -26,7 +26,7 @@ from hypothesis import settings as hypothesis_settings
 
 from consumers.extractive import sentences, substantive
 from consumers.writer import unit_source
-from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.kafka import group_offsets, wait_group_coordinator
 from memstream.adapters.kafka_server import KafkaServer, missing
 from memstream.adapters.settings import Settings
@@ -108,6 +108,19 @@ class Pipeline:
             timeout=120,
         )
 
+    def wait(self, predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+        """wait_for, failing at once when `up` has exited, and with the log's problems either way."""
+
+        def running_and() -> object:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"memstream up exited with {self.proc.returncode} before {what}")
+            return predicate()
+
+        try:
+            return wait_for(running_and, timeout, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.problems()}") from None
+
     def logs(self) -> str:
         return self.log.read_text(errors="replace")[-5000:]
 
@@ -144,7 +157,6 @@ def make_pipeline(broker: AnyBroker, tmp: Path, **overrides: str) -> Pipeline:
         "MEMSTREAM_TOPIC_PREFIX": f"t{run}.",
         "MEMSTREAM_APP_ID": f"memstream-test-{run}",
         "MEMSTREAM_DATA_DIR": str(tmp / "data"),
-        "MEMSTREAM_METRICS_PORT": str(free_port()),
         # set, not left to `up`: a gateway a test starts beside `up` reads the workers' stores too
         "MEMSTREAM_INTERNAL_TOKEN": f"test-internal-{uuid.uuid4().hex}",
         "MEMSTREAM_GATEWAY_PORT": "0",
@@ -157,6 +169,9 @@ def make_pipeline(broker: AnyBroker, tmp: Path, **overrides: str) -> Pipeline:
         "MEMSTREAM_LOG_LEVEL": "INFO",
         **overrides,
     }
+    # worker i serves its status on the first port + i: a run of free ports, one a worker
+    if "MEMSTREAM_METRICS_PORT" not in overrides:
+        env["MEMSTREAM_METRICS_PORT"] = str(free_ports(Settings.from_env(env).workers))
     settings = Settings.from_env(env)
     return Pipeline(settings, env, tmp / "worker.log")
 

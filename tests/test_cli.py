@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from memstream.adapters.broker import free_port
+from memstream.adapters.broker import free_port, free_ports
 from memstream.adapters.settings import unknown_variables
 from memstream.apps.cli import main
 from memstream.apps.demo import SAMPLE
@@ -52,6 +53,16 @@ def test_status_without_a_pipeline_says_so(
     monkeypatch.setenv("MEMSTREAM_METRICS_PORT", str(free_port()))
     assert main(["status"]) == 1
     assert "is `memstream up` running" in capsys.readouterr().err
+
+
+def test_the_workers_status_ports_are_a_run_of_free_ports_no_connection_can_take() -> None:
+    # worker i of `up` serves on the first port + i; an outgoing connection takes its local port
+    # from the ephemeral range (32768+), so a run below it stays free until the workers bind it
+    first = free_ports(4)
+    assert 20_000 <= first < first + 3 < 32_768
+    held = [socket.create_server(("127.0.0.1", first + i)) for i in range(4)]
+    for s in held:
+        s.close()
 
 
 def test_invalid_settings_are_reported(

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -30,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memstream.adapters.broker import Broker, free_port, port_open
+from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.kafka import ensure_topics, partition_for, read_topic, settled, wait_processed
 from memstream.apps.datasets import RawRecord
 from memstream.apps.gateway.app import SEND_TIMEOUT_S
@@ -66,28 +64,6 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def metrics_ports(workers: int) -> str:
-    """A first metrics port whose next ``workers - 1`` ports are free too (worker i serves on
-    first + i): a plain free port's neighbour may be taken, and the worker then fails to start.
-    Below Linux's ephemeral range (32768+), where outgoing connections cannot take one meanwhile
-    (a run failed on "address already in use" with a port picked there)."""
-    rng = random.Random()
-    for _ in range(100):
-        first = rng.randrange(20_000, 32_000)
-        if all(not port_open(first + i) and bindable(first + i) for i in range(workers)):
-            return str(first)
-    raise AssertionError("no run of free ports")
-
-
-def bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def status_or_none(pipeline: Pipeline) -> dict[str, Any] | None:
     """The merged /status of the workers; None while one does not answer. Fails at once when
     the supervisor has exited, rather than waiting out the caller's time limit."""
@@ -119,7 +95,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
         broker,
         tmp_path,
         MEMSTREAM_WORKERS="2",
-        MEMSTREAM_METRICS_PORT=metrics_ports(2),
+        MEMSTREAM_METRICS_PORT=str(free_ports(2)),
         MEMSTREAM_TABLE_STORE=table_store,
     )
     settings = pipeline.settings

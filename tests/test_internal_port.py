@@ -271,7 +271,7 @@ def test_the_issue_probe_is_refused_and_no_port_serves_data_without_its_credenti
     gateway = f"http://127.0.0.1:{gateway_port}"
     settings = pipeline.settings
     try:
-        wait_for(lambda: ready(gateway), 180, "the gateway to be ready")
+        pipeline.wait(lambda: ready(gateway), 180, "the gateway to be ready")
         turn = {
             "user_id": "victim",
             "session_id": "s1",

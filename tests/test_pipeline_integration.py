@@ -97,7 +97,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     settings = pipeline.settings
     try:
         # The duplicate count below is the test's own redeliveries only: no rebalance mid-replay.
-        wait_for(lambda: each_worker_owns_a_partition(settings), 120, "both workers to own a partition")
+        pipeline.wait(lambda: each_worker_owns_a_partition(settings), 120, "both workers to own a partition")
         generated = list(generate(users=4, days=40, seed=11))
         records = [RawRecord(t.key, t.to_bytes()) for t in generated]
         expected = {f"{t.key}/{t.turn_id}": t for t in generated}

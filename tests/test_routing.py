@@ -21,7 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import (
     by_key,
@@ -48,7 +48,7 @@ from streams.ingest import Incoming, IngestProcessor
 from streams.routing import misplaced
 from tests.conftest import consolidated_units, make_pipeline, ready, small_talk_units, wait_for
 from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, produce, sarama_hash
-from tests.test_faults import metrics_ports, status_or_none
+from tests.test_faults import status_or_none
 
 # --- the arithmetic -------------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
         broker,
         tmp_path,
         MEMSTREAM_WORKERS="2",
-        MEMSTREAM_METRICS_PORT=metrics_ports(2),
+        MEMSTREAM_METRICS_PORT=str(free_ports(2)),
         MEMSTREAM_TOPIC_PARTITIONS="4",
         MEMSTREAM_GATEWAY_PORT=str(port),
     )

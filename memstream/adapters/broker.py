@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,6 +61,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> int:
+    """A first port whose next ``count - 1`` ports are free too, for the workers' status ports
+    (worker i serves on first + i). A plain free port's neighbour may be taken, and that worker
+    then fails to start, which stops `memstream up` (a CI run failed so, twice). Below Linux's
+    ephemeral range (32768+), where outgoing connections cannot take one meanwhile."""
+    rng = random.Random()
+    for _ in range(100):
+        first = rng.randrange(20_000, 32_000)
+        if all(_bindable(first + i) for i in range(count)):
+            return first
+    raise OSError("no run of free ports between 20000 and 32000")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_listening(

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from memstream.adapters.broker import free_port, port_open
+from memstream.adapters.broker import free_port, free_ports, port_open
 from memstream.adapters.embedded_broker import broker_kind, describe
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import read_records
@@ -46,7 +46,7 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
     broker_port = (
         settings.embedded_broker_port if not port_open(settings.embedded_broker_port) else free_port()
     )
-    metrics_port, gateway_port = free_port(), free_port()
+    metrics_port, gateway_port = free_ports(settings.workers), free_port()
     records = list(read_records(sample, "jsonl"))
     first = Turn.from_bytes(records[0].value)
     env = {
