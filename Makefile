@@ -78,6 +78,13 @@ $(KAFKA_JAR): deploy/kafka/pom.xml
 llm-check: install
 	$(BIN)/python -m bench.llm_check $(LLM_CHECK_ARGS)
 
+# /docs, /redoc and /dashboard rendered in headless Chromium (Debian's `chromium`; the tests skip
+# without it), screenshots in .memstream/screenshots.
+.PHONY: browser-check
+browser-check: install
+	mkdir -p .memstream/screenshots
+	MEMSTREAM_SCREENSHOTS=$(CURDIR)/.memstream/screenshots $(BIN)/pytest -q tests/test_gateway.py -k "offline or dashboard"
+
 bench: install
 	$(BIN)/python bench/ingest.py --embedder hash --turns 20000 --workers 2 --json
 	$(BIN)/python bench/ingest.py --embedder minilm --turns 6000 --workers 2 --json

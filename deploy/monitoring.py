@@ -528,9 +528,13 @@ def rows() -> list[Row]:
                     "s",
                 ),
                 ts(
-                    "Rate limited, in flight, live updates, deletions",
+                    "Rate limited, shed, in flight, live updates, deletions",
                     [
                         (f"sum(rate(memstream_gateway_rate_limited_total{sel()}[{RI}]))", "429 rate limited"),
+                        (
+                            f"sum by (reason) (rate(memstream_gateway_shed_total{sel()}[{RI}]))",
+                            "shed ({{reason}})",
+                        ),
                         (f"sum(memstream_gateway_in_flight{sel()})", "requests in flight"),
                         (
                             f"sum(rate(memstream_gateway_updates_received_total{sel()}[{RI}]))",

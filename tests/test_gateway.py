@@ -512,6 +512,60 @@ def test_the_openapi_document_declares_both_ways_to_send_a_key(gateway: Gateway)
     assert "security" not in spec["paths"]["/healthz"]["get"]
 
 
+def test_the_dashboard_charts_this_gateway_and_every_worker_from_its_own_page(
+    gateway: Gateway, ingested: dict[str, Any]
+) -> None:
+    page = httpx.get(f"{gateway.url}/dashboard")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # nothing from outside the gateway: no script, style or image named by a URL
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page.text)
+    data = httpx.get(f"{gateway.url}/dashboard/data").json()
+    assert data["sources"] == {"reached": 3, "unreachable": 0}  # this gateway and both workers
+    charts = {c["id"]: c["values"] for c in data["charts"]}
+    assert set(charts["ingest"]) == {"acme", "globex"}
+    assert sum(charts["ingest"].values()) >= ingested["total"]
+    assert charts["consolidation"].get("session", 0) >= 2  # the idle sessions, consolidated
+    assert charts["lag"] and all(v >= 0 for v in charts["lag"].values())
+
+
+def _chromium(url: str, tmp_path: Path, *extra: str) -> str:
+    """The page's DOM after its scripts ran, in headless Chromium (flags for a machine without
+    outside network: docs/operations.md); skipped where Chromium is not installed."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no Chromium here: `make browser-check` on a machine with it (apt install chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+    flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    flags += [f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=8000"]
+    run = subprocess.run(
+        [chromium, *flags, *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "rendered"),
+    [
+        ("/docs", r'class="opblock opblock-post'),  # Swagger UI drew the operations
+        ("/redoc", r"/v1/recall"),
+        ("/dashboard", r'<figure id="chart-lag">.*<polyline'),  # a chart with its line
+    ],
+)
+def test_the_docs_and_the_dashboard_render_offline_in_a_browser(
+    gateway: Gateway, ingested: dict[str, Any], tmp_path: Path, path: str, rendered: str
+) -> None:
+    dom = _chromium(f"{gateway.url}{path}", tmp_path, "--dump-dom")
+    assert re.search(rendered, dom, re.DOTALL), dom.split("<script")[0][-3000:]  # the page, not its code
+    shot = os.environ.get("MEMSTREAM_SCREENSHOTS")  # `make browser-check` keeps them
+    if shot:
+        name = Path(shot) / f"{path.strip('/')}.png"
+        _chromium(f"{gateway.url}{path}", tmp_path, f"--screenshot={name}", "--window-size=1280,900")
+
+
 def test_the_python_client_adds_recalls_runs_tools_and_forgets(gateway: Gateway) -> None:
     user = "client-user-1"
     with MemoryClient(gateway.url, api_key=KEY_ACME) as memory:

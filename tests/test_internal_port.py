@@ -319,8 +319,9 @@ def test_the_issue_probe_is_refused_and_no_port_serves_data_without_its_credenti
                 url = f"http://127.0.0.1:{port}{_filled(route.resource.canonical)}"  # type: ignore[union-attr]
                 assert httpx.request(route.method, url, json=delete).status_code == 401, url
         # Every route of the gateway without an API key: 401, but for its probes, its metrics, the
-        # tools' JSON schemas and the docs pages (the same for everyone: no data).
+        # tools' JSON schemas, the docs pages and the dashboard (the same for everyone: no data).
         public = {"/healthz", "/readyz", "/metrics", "/v1/tools", "/docs", "/docs/oauth2-redirect", "/redoc"}
+        public |= {"/dashboard", "/dashboard/data"}
         for method, path in _gateway_routes(settings):
             code = httpx.request(method, f"{gateway}{path}", json={}).status_code
             assert (code == 401) != (path in public), (method, path, code)

@@ -52,6 +52,7 @@ from memstream.apps.gateway.auth import (
     take,
     tenant_for,
 )
+from memstream.apps.gateway.dashboard import dashboard_router
 from memstream.apps.gateway.drain import DRAIN_SIGNAL, Drain
 from memstream.apps.gateway.forget import forget_user
 from memstream.apps.gateway.stores import gateway_shards
@@ -814,6 +815,8 @@ def create_app(settings: Settings) -> FastAPI:
     def get_metrics() -> Response:
         """Prometheus metrics of this replica."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(dashboard_router(settings))
 
     return app
 
