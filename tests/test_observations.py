@@ -55,6 +55,9 @@ def test_first_person_becomes_the_speakers_name_and_you_the_other_speaker() -> N
     assert third_person_text("We're moving; our house sold.", "Jo", None) == (
         "Jo and others are moving; Jo's house sold."
     )
+    assert third_person_text("We'll walk the dog; we'd go daily.", "Jo", None) == (
+        "Jo and others will walk the dog; Jo and others would go daily."
+    )
     assert third_person_text("I wanna see your painting.", "Jo", "Mel") == "Jo wants to see Mel's painting."
     assert third_person_text("I told you so.", "Jo", "Mel") == "Jo told Mel so."
     assert third_person_text("The team you'd join, you'll like it.", "Jo", "Mel") == (

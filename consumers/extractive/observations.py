@@ -121,8 +121,8 @@ def third_person_text(text: str, speaker: str, other: str | None) -> str:
     s = re.sub(r"\b(?:my|mine|our|ours)\b", lambda m: _possessive(s, m, speaker), s, flags=re.IGNORECASE)
     s = re.sub(r"\bmyself\b", lambda m: "themselves" if speaker in s[: m.start()] else speaker, s, flags=re.I)
     s = re.sub(r"\bme\b", speaker, s, flags=re.IGNORECASE)
-    s = re.sub(r"\bwe're\b", f"{speaker} and others are", s, flags=re.IGNORECASE)
-    s = re.sub(r"\bwe've\b", f"{speaker} and others have", s, flags=re.IGNORECASE)
+    for short, verb in (("'re", "are"), ("'ve", "have"), ("'ll", "will"), ("'d", "would")):
+        s = re.sub(rf"\bwe{short}\b", f"{speaker} and others {verb}", s, flags=re.IGNORECASE)
     s = re.sub(r"\b(?:we|us|ourselves)\b", f"{speaker} and others", s, flags=re.IGNORECASE)
     if other is not None:
         s = re.sub(r"\byour(?:s)?\b", f"{other}'s", s, flags=re.IGNORECASE)

@@ -32,9 +32,8 @@ from memstream.apps.status import fetch_status, render_status, settled
 from schemas.events import Turn
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"
-
-
 DEMO_KEY = "demo-key-not-for-production"
+PROGRESS_EVERY_S = 15.0  # how often a wait says it still waits, where no line can be rewritten
 
 
 def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
@@ -198,11 +197,23 @@ def _idle_sessions(settings: Settings) -> float:
 
 
 def _wait(check: Any, timeout: float, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the pipeline exited with code {proc.returncode}; see {log}")
-        if check():
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"timed out waiting for {what}; see {log}")
+    """Wait for ``check``, showing how long so far: a line rewritten in place on a terminal, a line
+    every PROGRESS_EVERY_S otherwise (a log, a pipe)."""
+    start = time.monotonic()
+    tty, shown = sys.stderr.isatty(), 0.0
+    try:
+        while (elapsed := time.monotonic() - start) < timeout:
+            if proc.poll() is not None:
+                raise SystemExit(f"the pipeline exited with code {proc.returncode}; see {log}")
+            if check():
+                return
+            if tty:
+                print(f"\r  waiting for {what} ... {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+            elif elapsed - shown >= PROGRESS_EVERY_S:
+                print(f"  still waiting for {what} ({elapsed:.0f}s)", flush=True)
+                shown = elapsed
+            time.sleep(0.5)
+        raise SystemExit(f"timed out waiting for {what}; see {log}")
+    finally:
+        if tty:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)  # the progress line, erased
