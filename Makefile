@@ -34,6 +34,11 @@ lint: install
 test: lint deploy-check
 	$(BIN)/pytest -q -ra
 
+# The fast loop: unit and property tests, no broker, no `memstream up`, no lint or deploy checks
+# (tests/conftest.py marks broker tests integration and fails any that starts one unmarked here).
+test-fast: install
+	$(BIN)/pytest -q -ra -n 2 -m "not integration and not slow and not deploy"
+
 # docs/configuration.md's settings table, from memstream/adapters/settings.py (tests/test_docs.py checks it).
 docs-settings: install
 	$(BIN)/python -c "import pathlib, subprocess; \

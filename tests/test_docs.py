@@ -19,7 +19,7 @@ def test_settings_table_matches_the_settings_object(capsys) -> None:  # type: ig
     page = (ROOT / "docs" / "configuration.md").read_text()
     block = re.search(r"<!-- settings-table:start -->\n(.*?)<!-- settings-table:end -->", page, re.S)
     assert block is not None
-    assert block.group(1) == table, "docs/configuration.md's settings table is stale: run `make docs-settings`"
+    assert block.group(1) == table, "docs/configuration.md's table is stale: run `make docs-settings`"
 
 
 def test_committed_json_schemas_match_the_models() -> None:

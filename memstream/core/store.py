@@ -7,8 +7,9 @@ Lexical search: a collection whose spec names a ``sparse_vector`` holds, besides
 vector, a sparse one (``memstream.core.lexical``; the store applies the IDF). A query that carries a sparse
 vector gets the union of the dense top ``limit`` and the sparse top ``sparse_limit``, each hit scored by
 its dense cosine. A collection created without the sparse vector keeps answering dense-only: its points'
-sparse vectors are dropped on upsert and sparse queries are ignored (Qdrant Edge will not open a shard
-with a vector its segments lack; rebuilding the collection is how an old store gets one, see docs/memory-model.md).
+sparse vectors are dropped on upsert and sparse queries are ignored (Qdrant Edge will not open a
+shard with a vector its segments lack; rebuilding the collection is how an old store gets one:
+docs/memory-model.md).
 """
 
 from __future__ import annotations
