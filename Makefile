@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean kafka ts-client deploy-tools deploy-check deploy-generate deploy-lock
+.PHONY: install demo test test-fast lint docs-settings bench clean kafka ts-client deploy-tools deploy-check deploy-generate deploy-lock
 
 $(BIN)/memstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,19 @@ lint: install
 
 test: lint deploy-check
 	$(BIN)/pytest -q -ra
+
+# The fast loop: unit and property tests, no broker, no `memstream up`, no lint or deploy checks
+# (tests/conftest.py marks broker tests integration and fails any that starts one unmarked here).
+test-fast: install
+	$(BIN)/pytest -q -ra -n 2 -m "not integration and not slow and not deploy"
+
+# docs/configuration.md's settings table, from memstream/adapters/settings.py (tests/test_docs.py checks it).
+docs-settings: install
+	$(BIN)/python -c "import pathlib, subprocess; \
+	page = pathlib.Path('docs/configuration.md'); text = page.read_text(); \
+	start, end = '<!-- settings-table:start -->\n', '<!-- settings-table:end -->'; \
+	table = subprocess.run(['$(BIN)/memstream', 'config', '--markdown'], capture_output=True, text=True, check=True).stdout; \
+	page.write_text(text[: text.index(start) + len(start)] + table + text[text.index(end) :])"
 
 # Kubernetes deployment (helm/, deploy/). deploy-check installs helm, promtool and hadolint into
 # .venv/bin when missing (deploy/tools.sh), then: generated files up to date, the image's locks,

@@ -89,7 +89,7 @@ def turns(users: int, per_user: int, salt: str = "") -> Iterator[RawRecord]:
 
 async def table_bytes(settings: Settings) -> dict[str, int]:
     """Bytes of the latest value of each key (key included) in each changelog topic of the app, by
-    table. Read until idle (Tansu's end offsets are not to be trusted: see the README) for 15 s: a
+    table. Read until idle (Tansu's end offsets are not to be trusted: see docs/configuration.md) for 15 s: a
     first fetch from a broker holding a million users' records took more than 2 s."""
     consumer = AIOKafkaConsumer(**client_kwargs(settings))
     await consumer.start()

@@ -214,7 +214,7 @@ def values_schema() -> dict[str, Any]:
                 ),
                 "config": {
                     "type": "object",
-                    "description": "every other setting (the README's configuration table); null = unset",
+                    "description": "every other setting (docs/configuration.md); null = unset",
                     "properties": {
                         f"MEMSTREAM_{n.upper()}": _setting_schema(n, props[n]) for n in config_fields()
                     },

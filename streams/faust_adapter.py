@@ -85,7 +85,8 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         )
     if settings.tansu_quirks:
         # Tansu (test/dev broker) reports wrong end offsets for multi-record batches and
-        # makes group joins wait half the rebalance timeout (README, "Tansu, the development broker").
+        # makes group joins wait half the rebalance timeout (docs/configuration.md, "Tansu, the development
+        # broker").
         conf.update(
             producer_max_batch_size=1,
             broker_session_timeout=6,

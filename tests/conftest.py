@@ -54,6 +54,53 @@ KAFKA_SESSION_TIMEOUT_S = (
 )
 
 
+# `make test-fast` runs what needs no broker: -m "not integration and not slow and not deploy" (deploy:
+# the tools `make deploy-tools` installs, which `make test` runs first). A test is integration
+# when it says so, or when it takes the `broker` fixture (directly or through another fixture), which
+# pytest_collection_modifyitems marks. One that starts a broker or a pipeline any other way, unmarked,
+# fails in a fast run (no_broker_in_a_fast_run) instead of starting one there: it cannot land in the
+# fast loop silently.
+NEEDS_A_BROKER = {"up", "broker", "demo", "replay"}  # memstream commands that start or reach one
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "broker" in fixtures:
+            item.add_marker(pytest.mark.integration)
+        if "helm" in fixtures:  # tests/test_deploy.py: the chart rendered by .venv/bin/helm
+            item.add_marker(pytest.mark.deploy)
+
+
+def starts_a_broker(args: object) -> bool:
+    """Whether a command line runs a broker or a memstream command that needs one."""
+    argv = [str(a) for a in args] if isinstance(args, list | tuple) else str(args).split()
+    names = [Path(a).name for a in argv]
+    if "tansu" in names or "kafka.Kafka" in argv:
+        return True
+    cli = next((i for i, a in enumerate(argv) if a == "memstream.apps.cli" or names[i] == "memstream"), None)
+    return cli is not None and bool(NEEDS_A_BROKER & set(argv[cli + 1 : cli + 3]))
+
+
+class NoBrokerPopen(subprocess.Popen):  # type: ignore[type-arg]
+    def __init__(self, args, *rest, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if starts_a_broker(args):
+            shown = " ".join(map(str, args)) if isinstance(args, list | tuple) else args
+            pytest.fail(f"`{shown}` in a fast run: mark the test integration", pytrace=False)
+        super().__init__(args, *rest, **kwargs)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_broker_in_a_fast_run(request: pytest.FixtureRequest) -> Iterator[None]:
+    if "not integration" not in (request.config.getoption("markexpr") or ""):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess, "Popen", NoBrokerPopen)  # how Broker and KafkaServer start theirs too
+        yield
+
+
 def start_broker(kind: str, tmp: Path) -> AnyBroker:
     """A started Tansu or Kafka on free ports; Kafka with its group coordinator up, so that the
     first test's group join does not meet COORDINATOR_NOT_AVAILABLE for seconds."""

@@ -260,6 +260,7 @@ def _env(docs: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+@pytest.mark.deploy  # the helm fixture, through getfixturevalue
 @pytest.mark.parametrize("values", ["minimal", "production"])
 def test_every_role_is_its_own_deployment_running_the_documented_command(
     values: str, request: pytest.FixtureRequest
@@ -338,6 +339,7 @@ def test_secrets_come_only_from_secret_references(production: list[dict[str, Any
         assert "MEMSTREAM_OPENAI_API_KEY" in {v["name"] for v in env}, d["metadata"]["name"]
 
 
+@pytest.mark.deploy  # the helm fixture, through getfixturevalue
 @pytest.mark.parametrize("values", ["minimal", "production"])
 def test_pods_run_non_root_on_a_read_only_root_with_no_capabilities(
     values: str, request: pytest.FixtureRequest
@@ -360,6 +362,7 @@ def test_pods_run_non_root_on_a_read_only_root_with_no_capabilities(
             assert "emptyDir" in volumes[mounts["/data"]] and "emptyDir" in volumes[mounts["/tmp"]], name
 
 
+@pytest.mark.deploy  # the helm fixture, through getfixturevalue
 @pytest.mark.parametrize("values", ["minimal", "production"])
 def test_probes_mean_something(values: str, request: pytest.FixtureRequest) -> None:
     docs = request.getfixturevalue(values)

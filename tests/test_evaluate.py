@@ -230,6 +230,7 @@ def test_dev_questions_have_their_evidence_turns() -> None:
         assert all(e in conv.contents for q in conv.questions for e in q.evidence)
 
 
+@pytest.mark.slow  # a whole LoCoMo dev conversation through ingest, consolidation and recall
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo dev split not present")
 def test_a_dev_conversation_is_recomputable(tmp_path: Path) -> None:
     from memstream.apps.evaluate import evaluate

@@ -433,6 +433,16 @@ def test_every_rule_has_its_resolver() -> None:
         ("We're going to run the race on 14 March!", date(2027, 3, 14)),
         ("I ran the race on 14 March.", date(2026, 3, 14)),
         ("I'm flying to Porto in December", date(2026, 12, 1)),  # this month is not past
+        # said on Wednesday 25 November 2026
+        ("I will see her on Friday.", date(2026, 11, 27)),  # a plan: the coming Friday
+        ("I saw her on Friday.", date(2026, 11, 20)),
+        ("We are meeting next Friday.", date(2026, 11, 27)),  # the coming one, whatever the tense
+        ("We met next Friday's speaker.", date(2026, 11, 27)),
+        ("Last Friday I will never forget.", date(2026, 11, 20)),
+        ("I will be running a marathon in spring.", date(2027, 3, 1)),
+        ("I ran a marathon in spring.", date(2026, 3, 1)),
+        ("We're going to Lisbon in the autumn", date(2026, 9, 1)),  # the autumn in progress
+        ("I am starting the new job in January.", date(2027, 1, 1)),
     ],
 )
 def test_a_bare_date_in_a_plan_is_the_next_one(text: str, start: date) -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 async def send(settings: Settings, topic: str, partition: int, n: int) -> None:
     async with producer(settings) as p:
-        # one record per batch (Tansu's end offsets: README, "Tansu, the development broker")
+        # one record per batch (Tansu's end offsets: docs/configuration.md, "Tansu")
         for i in range(n):
             await (await p.send(topic, b"update %d" % i, key=b"k", partition=partition))
 

@@ -1,6 +1,6 @@
 """The one settings object. Every field is an environment variable ``MEMSTREAM_<NAME>``.
 
-The README's configuration table is generated from this class (``memstream config --markdown``)
+docs/configuration.md's settings table is generated from this class (``memstream config --markdown``)
 so it cannot drift from the code.
 """
 

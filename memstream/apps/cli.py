@@ -326,7 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     de.set_defaults(func=_cmd_demo)
 
     cf = sub.add_parser("config", help="list every setting with its environment variable and value")
-    cf.add_argument("--markdown", action="store_true", help="print the README table")
+    cf.add_argument("--markdown", action="store_true", help="print the table of docs/configuration.md")
     cf.set_defaults(func=_cmd_config)
     return p
 

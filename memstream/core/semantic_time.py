@@ -480,7 +480,8 @@ def _r_weekday_mod(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
 
 
 def _r_weekday(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
-    return _weekday(ctx, m["wd_d"], -1)
+    # past tense dominates in chat memory; a plan ("I'll see her on Friday") is the coming one
+    return _weekday(ctx, m["wd_d"], 1 if _planned(ctx, m.start()) else -1)
 
 
 # A plan or an intention in the clause ("will", "going to", "I'm flying to…"): a bare date in it
@@ -567,7 +568,11 @@ def _r_season_mod(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
 
 
 def _r_season(m: re.Match[str], ctx: _Ctx) -> _Interval | None:
-    bounds = [b for b in _season_candidates(m["se_s"], ctx.today) if b[0] <= ctx.today][-1]
+    candidates = _season_candidates(m["se_s"], ctx.today)
+    if _planned(ctx, m.start()):  # "we'll marry in the spring": the instance not over yet
+        bounds = next(b for b in candidates if b[1] > ctx.today)
+    else:  # the most recent instance that has started
+        bounds = [b for b in candidates if b[0] <= ctx.today][-1]
     return ctx.span(*bounds, Granularity.SEASON)
 
 

@@ -7,8 +7,9 @@ Lexical search: a collection whose spec names a ``sparse_vector`` holds, besides
 vector, a sparse one (``memstream.core.lexical``; the store applies the IDF). A query that carries a sparse
 vector gets the union of the dense top ``limit`` and the sparse top ``sparse_limit``, each hit scored by
 its dense cosine. A collection created without the sparse vector keeps answering dense-only: its points'
-sparse vectors are dropped on upsert and sparse queries are ignored (Qdrant Edge will not open a shard
-with a vector its segments lack; rebuilding the collection is how an old store gets one, see the README).
+sparse vectors are dropped on upsert and sparse queries are ignored (Qdrant Edge will not open a
+shard with a vector its segments lack; rebuilding the collection is how an old store gets one:
+docs/memory-model.md).
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def dense_of(stored: object) -> npt.NDArray[np.float32] | None:
 def warn_dense_only(collection: str, sparse: str) -> None:
     log.warning(
         "collection %r has no sparse vector %r (made before it had one): its searches use dense "
-        "candidates only; replay into a fresh store to add it (README, stores made before units had a "
-        "sparse vector)",
+        "candidates only; replay into a fresh store to add it (docs/memory-model.md, stores made before "
+        "units had a sparse vector)",
         collection,
         sparse,
     )

@@ -877,6 +877,25 @@ def _owned_turn(turn: TurnIn, index: int, tenant: str, limits: Limits) -> Turn:
     return checked
 
 
+def recall_item(item: rank.Item, score: float) -> RecallItem:
+    """One recalled item as the API gives it: its event times are when what it tells happened (a unit's
+    semantic time, not the time it was said, which is ``dialogue_time``)."""
+    event_start, event_end = rank.event_interval(item)
+    return RecallItem(
+        id=item.id,
+        kind=item.kind,
+        level=item.level,
+        text=item.text,
+        dialogue_time=item.recorded_at,
+        event_start=event_start,
+        event_end=event_end,
+        score=round(score, 6),
+        current=item.current,
+        source_turn_ids=list(item.source_turn_ids),
+        covers_turn_ids=list(item.covers_turn_ids),
+    )
+
+
 def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
     """The recall, run by the worker that holds the user's shard with the embedded store (one request,
     the query embedded here), else here on the Qdrant server."""
@@ -890,22 +909,7 @@ def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
         levels=None if body.levels is None else tuple(body.levels),
     )
     result: Recalled = recall_at(svc.store(key), svc.embedder, ask)
-    items = [
-        RecallItem(
-            id=item.id,
-            kind=item.kind,
-            level=item.level,
-            text=item.text,
-            dialogue_time=item.recorded_at,
-            event_start=item.start,
-            event_end=item.end,
-            score=round(score, 6),
-            current=item.current,
-            source_turn_ids=list(item.source_turn_ids),
-            covers_turn_ids=list(item.covers_turn_ids),
-        )
-        for item, score in result.items
-    ]
+    items = [recall_item(item, score) for item, score in result.items]
     return RecallResponse(
         items=items,
         context=result.context,

@@ -66,6 +66,15 @@ class Item:
 Scored = tuple[Item, float]
 
 
+def event_interval(item: Item) -> tuple[datetime, datetime | None]:
+    """When what ``item`` tells happened: a unit's semantic time, the span of the event times its text
+    names ("I ran 10k last weekend", said on Monday: that Saturday to Monday), else the time it was said;
+    a memory's own interval (``start``/``end`` already are the time it is about)."""
+    if not item.event_times:
+        return item.start, item.end
+    return min(start for start, _, _ in item.event_times), max(end for _, end, _ in item.event_times)
+
+
 def plan_complexity(query: str, has_time_intent: bool) -> Complexity:
     """Which TiMem budget a question needs; the rules are listed above ``_COMPLEX``."""
     text = query.lower()

@@ -92,7 +92,8 @@ def item_in_time(
     item: rank.Item, bound_start: datetime | None, bound_end: datetime | None, op: TimeOp
 ) -> bool:
     """``in_time`` for an item: only a fact's missing end means "still holds"."""
-    return in_time(item.start, item.end, bound_start, bound_end, op, open_end=item.kind == MemoryKind.FACT)
+    start, end = rank.event_interval(item)  # a unit: when what it tells happened, as the item shows it
+    return in_time(start, end, bound_start, bound_end, op, open_end=item.kind == MemoryKind.FACT)
 
 
 def _matches(value: str, needle: str | None) -> bool:
@@ -229,14 +230,15 @@ def _tool_item(
     score: float | None = None,
     relation: Relation | None = None,
 ) -> ToolItem:
+    start, end = rank.event_interval(item)
     return ToolItem.model_validate(
         {
             "id": item.id,
             "kind": item.kind,
             "level": item.level,
             "text": item.text,
-            "start": item.start,
-            "end": item.end,
+            "start": start,
+            "end": end,
             "recorded_at": item.recorded_at,
             "source_turn_ids": list(item.source_turn_ids),
             "covers_turn_ids": list(item.covers_turn_ids),
