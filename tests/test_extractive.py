@@ -1316,6 +1316,8 @@ def test_contractions_are_written_out_and_vocatives_left_out() -> None:
     )
     assert ex_digests.unaddressed("Thanks, Jon! It'll work, Jon.", ["Jon", "Gina"]) == "Thanks! It'll work."
     assert ex_digests.unaddressed("Jon, I did it.", ["Jon"]) == "I did it."
+    cannot = ex_digests.told(SCOPE, [unit("c", MON, ("Gina", "Can't wait to see the dance festival!"))])
+    assert cannot[0].text == "Cannot wait to see the dance festival!"
     assert ex_digests.unaddressed("Jon did it, and Gina too.", ["Jon", "Gina"]) == "Jon did it, and Gina too."
 
 
