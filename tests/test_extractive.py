@@ -1307,6 +1307,7 @@ def test_a_relative_time_is_said_as_its_date() -> None:
     new_year = datetime(2023, 1, 2, tzinfo=UTC)
     assert said("Last week I quit.", new_year) == "in the week of 26 December 2022 I quit."
     assert said("I started a few weeks ago.") == "I started a few weeks ago (10–30 April 2023)."
+    assert said("Faster than last month's run.") == "Faster than last month (April 2023)'s run."
     assert said("I went on 7 May 2023.") == "I went on 7 May 2023."  # explicit: as said
 
 

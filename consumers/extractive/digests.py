@@ -145,6 +145,9 @@ _PREPOSITION = re.compile(
 )
 
 
+_POSSESSIVE = re.compile(r"['’]s\b")
+
+
 def _date_words(event: EventTime, said: datetime, zone: ZoneInfo) -> tuple[str, str] | None:
     """The date ``event`` names, without ``said``'s year (the node's header gives it), and its
     preposition: ("on", "7 May"), ("in", "June"), ("in", "2022"); None for a vaguer span ("12 June –
@@ -161,8 +164,8 @@ def in_words(text: str, events: Sequence[EventTime], said: datetime, zone: ZoneI
     """``text`` with each relative time expression said as the date it names: "I went yesterday" ->
     "I went on 7 May", "Last week I ..." -> "in the week of 1 May I ..." (said in ``said``'s year;
     another year is named). A summary is read long after it was said: the date is what lasts, and
-    the expression next to it ("yesterday (7 May 2023)") says it twice. A vaguer one keeps its
-    expression, anchored as everywhere ("a few weeks ago (10–30 April 2023)")."""
+    the expression next to it ("yesterday (7 May 2023)") says it twice. A vaguer one, or a possessive
+    ("last month's"), keeps its expression, anchored as everywhere ("a few weeks ago (10–30 April 2023)")."""
     spans: list[tuple[int, int, str]] = []
     for event in events:
         label = render_interval(event, zone)
@@ -170,7 +173,7 @@ def in_words(text: str, events: Sequence[EventTime], said: datetime, zone: ZoneI
             continue
         words = _date_words(event, said, zone)
         for m in mentions(text, event.expression):
-            if words is None:
+            if words is None or _POSSESSIVE.match(text, m.end()):  # "last month's": no "in" fits
                 spans.append((m.start(), m.end(), f"{m[0]} ({label})"))
                 continue
             preposition, date = words
