@@ -143,9 +143,7 @@ _PREPOSITION = re.compile(
     r"\s+$",
     re.IGNORECASE,
 )
-
-
-_POSSESSIVE = re.compile(r"['’]s\b")
+_POSSESSIVE = re.compile(r"['’]s\b")  # after a time expression: "last month's"
 
 
 def _date_words(event: EventTime, said: datetime, zone: ZoneInfo) -> tuple[str, str] | None:
