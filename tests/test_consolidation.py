@@ -25,6 +25,7 @@ from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
+from memstream.core.dates import MONTH_NAMES
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.store import Hit, VectorStore, scroll_all
 from memstream.core.tree import covers
@@ -185,13 +186,22 @@ THIRD_PERSON = (MemoryKind.OBSERVATION, MemoryKind.SESSION, MemoryKind.DAY, Memo
 STATING = (MemoryKind.FACT, MemoryKind.PROFILE, MemoryKind.TOPIC, MemoryKind.PERSONA, *THIRD_PERSON)
 # What a statement adds to the words it restates: "my" as "their", a plan's or a relation's verb.
 RESTATED = {"their", "theirs", "they", "them", "themselves", "is", "has", "plans", "hopes", "wants", "needs"}
+# ... and what a node writes out: contractions ("they're" -> "they are"), a relative time as its date
+# ("two weeks from now" -> "in the week of 3 February": digests.in_words).
+RESTATED |= {"are", "have", "will", "would", "had", "not", "cannot", "because", "am", "on", "in", "of", "the"}
+RESTATED |= {"week", "weekend", *(m.lower() for m in MONTH_NAMES)}
+MONTHS = "|".join(m.lower() for m in MONTH_NAMES)
+DATE = re.compile(rf"\b(?:\d{{1,2}}(?:[–-]\d{{1,2}})? )?(?:{MONTHS})(?: \d{{4}})?\b|\b(?:19|20)\d\d\b")
 
 
 def restates(body: str, sources: list[str]) -> bool:
     """Every word of a statement is a word of its sources, a third-person form of one, or RESTATED."""
     said = {w for text in sources for w in re.findall(r"[\w'’-]+", text.lower())}
     said |= {f"{w}s" for w in said} | {f"{w}es" for w in said} | {f"{w[:-1]}ies" for w in said} | RESTATED
-    return set(re.findall(r"[\w'’-]+", body.lower().replace("→", " "))) <= said
+    # a date the node wrote ("on 7 May 2023", "the weekend of 1–2 May", "in 2025"): its numbers come
+    # from the dialogue time; every other number must have been said
+    undated = DATE.sub(" ", body.lower().replace("→", " "))
+    return set(re.findall(r"[\w'’-]+", undated)) <= said
 
 
 def read_back(text: str) -> list[str]:

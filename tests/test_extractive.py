@@ -38,7 +38,7 @@ from consumers.extractive.statements import read_statement, statement_list
 from consumers.extractive.summaries import retitled
 from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written, stamp, stamp_of
 from memstream.apps.datasets import locomo_turns
-from memstream.core.dates import format_date, render_interval
+from memstream.core.dates import MONTH_NAMES, format_date, render_interval
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.units import build_unit
 from schemas.events import EventTime
@@ -657,11 +657,11 @@ def test_session_summary_says_who_did_what_in_the_third_person() -> None:
     written = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, [])
     assert written.text.split("\n") == [
         "Session on 8 May 2023 (Caroline, Melanie):",
-        "Caroline went to the LGBTQ support group yesterday (7 May 2023). The support group made Caroline "
-        "feel accepted and gave Caroline courage to embrace Caroline. Caroline loves painting sunsets with "
-        "watercolours.",
-        "Melanie painted that lake sunrise last year (2022)!",
-    ]  # one line per speaker; greetings, questions, reactions and "it was so powerful" left out
+        "Caroline went to the LGBTQ support group on 7 May. The support group made Caroline feel accepted "
+        "and gave them courage to embrace themselves. Caroline loves painting sunsets with watercolours.",
+        "Melanie painted that lake sunrise in 2022!",
+    ]  # one line per speaker; greetings, questions, reactions and "it was so powerful" left out; a time
+    # said as its date (the year only when it is not the node's); the speaker named once a sentence
     assert written.sentence_turn_ids == (("u03",), ("u05",), ("u07",), ("u06",))
     assert not bare_relatives(written.text)
 
@@ -676,7 +676,7 @@ def test_day_and_week_summaries_tell_the_turns_below_them() -> None:
     day = summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], [], SESSION_1 + SESSION_2).text
     assert day.startswith("Day 8 May 2023:\nCaroline went to the LGBTQ support group")
     assert len(day.split("\n")) == 3  # a line per speaker, both sessions in it
-    assert "Melanie ran a charity race for mental health last Saturday (20 May 2023)." in day
+    assert "Melanie ran a charity race for mental health on 20 May." in day
     week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS)
     lines = week.text.split("\n")
     assert lines[0] == "Week of 8 May 2023:"
@@ -684,7 +684,7 @@ def test_day_and_week_summaries_tell_the_turns_below_them() -> None:
         "On 8 May 2023, C", "On 8 May 2023, M", "On 25 May 2023, ", "On 25 May 2023, ", "On 9 June 2023, ",
         "On 9 June 2023, ",
     ]  # fmt: skip
-    assert "On 9 June 2023, Caroline moved to Boston last week (the week of 29 May 2023)" in week.text
+    assert "On 9 June 2023, Caroline moved to Boston in the week of 29 May" in week.text
     assert not bare_relatives(week.text)
     # without the turns below it, a day quotes its children's sentences
     assert summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], []).text.startswith("Day 8 May 2023:\n")
@@ -872,6 +872,10 @@ def sayers(text: str, units: list[Source]) -> list[tuple[str, ...]]:
 # Words the third-person rewrite puts in (observations.third_person_text, digests.compressed).
 TOLD_WORDS = {"and", "others", "is", "are", "has", "does", "doesn't", "hasn't", "will", "would", "their"}
 TOLD_WORDS |= {"themselves", "want", "wants", "to", "going", "have", "i", "m", "s", "the", "of"}
+# ... with pronouns once a sentence named the person, contractions written out (digests.written_out),
+# and a relative time said as its date ("on 7 May", "in the week of 1 May": digests.in_words).
+TOLD_WORDS |= {"they", "them", "not", "cannot", "had", "because", "am", "on", "in", "week", "weekend"}
+TOLD_WORDS |= {m.lower() for m in MONTH_NAMES}
 
 
 def told_by(text: str, units: list[Source]) -> list[tuple[str, ...]]:
@@ -1289,3 +1293,48 @@ def test_chosen_keeps_the_most_specific_within_the_words_without_repeats() -> No
     everything = ex_digests.chosen(caroline, 1000)
     assert len({t.text for t in everything}) == len(everything)  # the repeat on THU is left out
     assert "again" not in {t.said.source_id for t in everything}
+
+
+def test_a_relative_time_is_said_as_its_date() -> None:
+    def said(text: str, when: datetime = MON) -> str:
+        return ex_digests.in_words(text, extract_event_times(text, when), when, UTC_ZONE)
+
+    assert said("I went to the support group yesterday.") == "I went to the support group on 7 May."
+    assert said("Last week I moved to Boston.") == "in the week of 1 May I moved to Boston."
+    assert said("I painted it last year, and since last month.") == "I painted it in 2022, and since April."
+    assert said("We met two weekends ago.") == "We met on the weekend of 29–30 April."
+    # another year than the one it was said in is named; a vague span keeps its expression, anchored
+    new_year = datetime(2023, 1, 2, tzinfo=UTC)
+    assert said("Last week I quit.", new_year) == "in the week of 26 December 2022 I quit."
+    assert said("I started a few weeks ago.") == "I started a few weeks ago (10–30 April 2023)."
+    assert said("Faster than last month's run.") == "Faster than last month (April 2023)'s run."
+    assert said("I went on 7 May 2023.") == "I went on 7 May 2023."  # explicit: as said
+
+
+def test_contractions_are_written_out_and_vocatives_left_out() -> None:
+    assert ex_digests.written_out("They're sure it'll work; I'd been there, I'd love to, can't, won't") == (
+        "They are sure it will work; I had been there, I would love to, cannot, will not"
+    )
+    assert ex_digests.unaddressed("Thanks, Jon! It'll work, Jon.", ["Jon", "Gina"]) == "Thanks! It'll work."
+    assert ex_digests.unaddressed("Jon, I did it.", ["Jon"]) == "I did it."
+    cannot = ex_digests.told(SCOPE, [unit("c", MON, ("Gina", "Can't wait to see the dance festival!"))])
+    assert cannot[0].text == "Cannot wait to see the dance festival!"
+    assert ex_digests.unaddressed("Jon did it, and Gina too.", ["Jon", "Gina"]) == "Jon did it, and Gina too."
+
+
+def test_a_session_keeps_a_share_of_each_speakers_words_and_their_own_dated_news_first() -> None:
+    pool = ex_digests.told(SCOPE, SESSION_2)
+    melanie = [t for t in pool if t.said.speaker == "Melanie"]
+    words = sum(len(t.words) for t in melanie)
+    low, high = ex_digests.SESSION_WORDS
+    assert ex_digests.budget(MemoryKind.SESSION, melanie) == max(
+        low, min(high, round(ex_digests.SESSION_SHARE * words))
+    )
+    assert ex_digests.budget(MemoryKind.DAY, melanie) == ex_digests.SPEAKER_WORDS[MemoryKind.DAY]
+    # the speaker's own dated news outweighs a general remark of as many content words
+    news = ex_digests.told(
+        SCOPE, [unit("n", MON, ("Melanie", "I ran a charity race in Boston on Saturday."))]
+    )
+    remark = ex_digests.told(SCOPE, [unit("r", MON, ("Melanie", "Charity races help many people."))])
+    assert len(news[0].words) == len(remark[0].words) and news[0].weight > remark[0].weight
+    assert ex_digests.chosen([*remark, *news], len(news[0].words)) == news

@@ -208,3 +208,34 @@ def test_observation_memories_are_level_one_extractive_and_name_their_turn() -> 
     (m,) = observation_memories(closed(0), [draft(0, "D1:1")], ["m"], {}, SCOPE.zone)
     assert (m.kind, m.level, m.extractive, m.model) == (MemoryKind.OBSERVATION, 1, True, None)
     assert m.start == m.end == m.recorded_at and m.window_id == "w0" and m.triple is None
+
+
+def test_with_pronouns_a_person_is_named_once_a_sentence() -> None:
+    # as a summary tells it: the name first, then they/them/their, for the speaker and the addressee
+    assert third_person_text("I think I'm done with my part.", "Jo", "Mel", pronouns=True) == (
+        "Jo thinks they're done with their part."
+    )
+    assert third_person_text("It made me think I should call my mom.", "Jo", None, pronouns=True) == (
+        "It made Jo think they should call their mom."
+    )
+    assert third_person_text("The group gave me courage to embrace myself.", "Jo", None, pronouns=True) == (
+        "The group gave Jo courage to embrace themselves."
+    )
+    assert third_person_text("We went camping and I was happy we did.", "Jo", None, pronouns=True) == (
+        "Jo and others went camping and they were happy they did."
+    )
+    assert third_person_text("I'm proud of you, you did it yourself.", "Jo", "Mel", pronouns=True) == (
+        "Jo is proud of Mel, they did it themselves."
+    )
+    assert third_person_text("I told you so.", "Jo", "Mel", pronouns=True) == "Jo told Mel so."
+    assert third_person_text("Your idea helped you.", "Jo", "Mel", pronouns=True) == "Mel's idea helped them."
+    assert third_person_text("I love my me-time.", "Jo", None, pronouns=True) == "Jo loves their me-time."
+
+
+@given(st.sampled_from([text for u in CHAT for text in [u.text.split(": ", 1)[1]]]))
+def test_pronouns_leave_the_first_mention_and_observations_as_they_were(text: str) -> None:
+    plain = third_person_text(text, "Nate", "Joanna")
+    summary = third_person_text(text, "Nate", "Joanna", pronouns=True)
+    # the default (observations) still names the person every time; with pronouns, never more often
+    assert summary.count("Nate") <= plain.count("Nate") and summary.count("Joanna") <= plain.count("Joanna")
+    assert ("Nate" in plain) == ("Nate" in summary) and ("Joanna" in plain) == ("Joanna" in summary)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -107,30 +107,109 @@ def _with_subject(text: str, speaker: str) -> str:
     return f"{speaker} {text[:1].lower()}{text[1:]}"
 
 
-def third_person_text(text: str, speaker: str, other: str | None) -> str:
+# "they" for the speaker takes the verb "I" took, but for these: "I am" -> "they are".
+_AFTER_THEY = {"am": "are", "'m": "'re", "was": "were"}
+# What "you" follows when it is a subject ("..., you did", "glad you came"), not an object ("told you").
+_SUBJECT_BEFORE = re.compile(
+    r"(?:^|[,;:.!?—–-]|\b(?:and|but|or|so|that|if|when|because|as|how|what|where|why|while|since|like|"
+    r"until|unless|though|although|hope|think|know|bet|guess|wish|glad|sure|proud|happy))\s*$",
+    re.IGNORECASE,
+)
+Form = Callable[[re.Match[str]], str]
+
+
+def _always(text: str) -> Form:
+    return lambda _: text
+
+
+def _they(verb: str) -> str:
+    """ "they" and the form ``verb`` (after "I") takes after it: "'m" -> "they're", "was" -> "they were"."""
+    form = _AFTER_THEY.get(verb.lower(), verb)
+    return f"they{form}" if form.startswith("'") else f"they {form}".rstrip()
+
+
+# A reference to the speaker, and to the addressee, that a later pass rewrites.
+_FIRST_PERSON = re.compile(r"\b(?:I|me|my|mine|myself|we|us|our|ours|ourselves)\b(?!\.\w)", re.IGNORECASE)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)
+
+
+def _person(
+    s: str, pattern: str, person: str, named: Form, pronoun: Form | None, refs: re.Pattern[str]
+) -> str:
+    """Each match of ``pattern`` in ``s`` as ``named``; with a ``pronoun`` form, as that when ``person``
+    is named before it: by name, or by another reference (``refs``) that a pass names."""
+    seen = False
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal seen
+        before = s[: m.start()]
+        later = pronoun is not None and (seen or person in before or refs.search(before) is not None)
+        seen = True
+        return pronoun(m) if later and pronoun is not None else named(m)
+
+    return re.sub(pattern, one, s, flags=re.IGNORECASE)
+
+
+def third_person_text(text: str, speaker: str, other: str | None, pronouns: bool = False) -> str:
     """``text`` said by ``speaker`` with I/me/my/mine/myself/we/us/our as names (who "we" are is not
     guessed: "Name and others"; "my" and "our" are "their" after the name), and you/your as ``other``
-    when there is one addressee."""
+    when there is one addressee. With ``pronouns``, as a summary tells it: a person named once a
+    sentence, then "they", "them", "their" ("Jo said they would help Mel move their piano")."""
     s = _with_subject(text.replace("\u2019", "'"), speaker)
     for informal, formal in _INFORMAL.items():
         s = re.sub(rf"\b{informal}\b", formal, s, flags=re.IGNORECASE)
+
+    def person(s: str, pattern: str, who: str, named: Form, pronoun: Form) -> str:
+        refs = _FIRST_PERSON if who == speaker else _SECOND_PERSON
+        return _person(s, pattern, who, named, pronoun if pronouns else None, refs)
+
     # "I", or chat's "i" (not "i.e."), and the word after it
-    s = re.sub(r"\bI(?:'m|'ve|'ll|'d)\b", lambda m: f"{speaker} {third_person(m[0][1:])}", s, flags=re.I)
-    s = re.sub(r"\bI\b(?!\.\w)(\s+[A-Za-z']+)?", lambda m: _subject_i(m, speaker), s, flags=re.I)
+    s = person(
+        s,
+        r"\bI('m|'ve|'ll|'d)\b",
+        speaker,
+        lambda m: f"{speaker} {third_person(m[1])}",
+        lambda m: _they(m[1]),
+    )
+    s = person(
+        s,
+        r"\bI\b(?!\.\w)(\s+[A-Za-z']+)?",
+        speaker,
+        lambda m: _subject_i(m, speaker),
+        lambda m: _they((m[1] or "").strip()),
+    )
     # "our flat" is the speaker's too: possessives as "my" ("Tomas and others' flat" reads badly)
-    s = re.sub(r"\b(?:my|mine|our|ours)\b", lambda m: _possessive(s, m, speaker), s, flags=re.IGNORECASE)
-    s = re.sub(r"\bmyself\b", lambda m: "themselves" if speaker in s[: m.start()] else speaker, s, flags=re.I)
-    s = re.sub(r"\bme\b", speaker, s, flags=re.IGNORECASE)
-    for short, verb in (("'re", "are"), ("'ve", "have"), ("'ll", "will"), ("'d", "would")):
-        s = re.sub(rf"\bwe{short}\b", f"{speaker} and others {verb}", s, flags=re.IGNORECASE)
-    s = re.sub(r"\b(?:we|us|ourselves)\b", f"{speaker} and others", s, flags=re.IGNORECASE)
+    if pronouns:
+        s = person(s, r"\b(?:my|mine|our|ours)\b", speaker, lambda _: f"{speaker}'s", lambda _: "their")
+        s = person(s, r"\bmyself\b", speaker, lambda _: speaker, lambda _: "themselves")
+        s = person(s, r"\bme\b(?!-)", speaker, lambda _: speaker, lambda _: "them")  # not "me-time"
+    else:  # as observations are written: "their" and "themselves" once the name is said before
+        s = re.sub(r"\b(?:my|mine|our|ours)\b", lambda m: _possessive(s, m, speaker), s, flags=re.IGNORECASE)
+        s = re.sub(
+            r"\bmyself\b", lambda m: "themselves" if speaker in s[: m.start()] else speaker, s, flags=re.I
+        )
+        s = re.sub(r"\bme\b", speaker, s, flags=re.IGNORECASE)
+    we_forms = (("we're", " are"), ("we've", " have"), ("we'll", " will"), ("we'd", " would"), ("we", ""))
+    for we, verb in (*we_forms, ("us|ourselves", "")):
+        they = ("they" if we.startswith("we") else "them") + verb
+        s = person(s, rf"\b(?:{we})\b", speaker, _always(f"{speaker} and others{verb}"), _always(they))
     if other is not None:
-        s = re.sub(r"\byour(?:s)?\b", f"{other}'s", s, flags=re.IGNORECASE)
-        s = re.sub(r"\byou're\b", f"{other} is", s, flags=re.IGNORECASE)
-        s = re.sub(r"\byou've\b", f"{other} has", s, flags=re.IGNORECASE)
-        s = re.sub(r"\byou'd\b", f"{other} would", s, flags=re.IGNORECASE)
-        s = re.sub(r"\byou'll\b", f"{other} will", s, flags=re.IGNORECASE)
-        s = re.sub(r"\b(?:you|yourself)\b", other, s, flags=re.IGNORECASE)
+        for you, named, they in (
+            ("your|yours", f"{other}'s", "their"),
+            ("you're", f"{other} is", "they are"),
+            ("you've", f"{other} has", "they have"),
+            ("you'd", f"{other} would", "they would"),
+            ("you'll", f"{other} will", "they will"),
+            ("yourself", other, "themselves"),
+        ):
+            s = person(s, rf"\b(?:{you})\b", other, _always(named), _always(they))
+        s = person(
+            s,
+            r"\byou\b",
+            other,
+            lambda _: other,
+            lambda m: "they" if _SUBJECT_BEFORE.search(s[: m.start()]) else "them",
+        )
     return s[:1].upper() + s[1:]
 
 

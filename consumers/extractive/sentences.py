@@ -234,7 +234,7 @@ def sentence_key(s: Sentence) -> tuple[str, str]:
     return ((s.speaker or "").lower(), words)
 
 
-def _explicit(expression: str, label: str) -> bool:
+def explicit(expression: str, label: str) -> bool:
     """The expression already says what the label would ("in 2022", "May 8, 2023")."""
     said = {w.lower() for w in WORD.findall(expression)}
     named = {w.lower() for w in WORD.findall(label)} - {"the", "week", "weekend", "of"}
@@ -247,7 +247,7 @@ def anchor(text: str, events: Sequence[EventTime], zone: ZoneInfo) -> str:
     spans: list[tuple[int, int, str]] = []
     for event in events:
         label = render_interval(event, zone)
-        if not _explicit(event.expression, label):
+        if not explicit(event.expression, label):
             spans += [(m.start(), m.end(), label) for m in mentions(text, event.expression)]
     out: list[str] = []
     pos = 0
