@@ -72,7 +72,9 @@ def recall(
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
     # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
     tree = any(level > rank.LEAF_LEVEL for level in wanted)
-    leaves, sessions, words = _candidates(store, embedder, vector, query, user_key, config, sessions=tree)
+    leaves, sessions, words, slots = _candidates(
+        store, embedder, vector, query, user_key, config, sessions=tree
+    )
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -84,9 +86,11 @@ def recall(
     scored = rank.drop_phatic(
         smoothed, config.min_content_words
     )  # phatic turns still lifted their neighbours
+    activated = {item.id for item, _ in rank.top(scored, config.activated)}
+    if config.briefs:  # of the activated units only: the others hardly reach select's queue
+        scored = [(_with_brief(item, slots) if item.id in activated else item, s) for item, s in scored]
     if config.condense:  # scored on what was said, returned without its small talk
         scored = [(rank.condensed(item), score) for item, score in scored]
-    activated = {item.id for item, _ in rank.top(scored, config.activated)}
     by_id: dict[str, rank.Item] = {}
     linked = scored
     if tree:
@@ -160,9 +164,10 @@ def _candidates(
     user_key: str,
     config: RecallConfig,
     sessions: bool = True,
-) -> tuple[list[rank.Item], list[rank.Item], str]:
+) -> tuple[list[rank.Item], list[rank.Item], str, dict[str, int]]:
     """The leaves nearest the query (units, episodes, facts; units also by BM25), when ``sessions``
-    the session nodes nearest it, and the query's words for BM25. Every candidate carries its cosine:
+    the session nodes nearest it, the query's words for BM25, and the slot of each unit's sentence view
+    nearest the query (``_unit_cosines``). Every candidate carries its cosine:
     the store rescores the lexical ones densely.
 
     A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
@@ -206,15 +211,12 @@ def _candidates(
         ],
     )
     cosines, slots = _unit_cosines(store, vector, user_key, units_hits, config)
-    leaves = [
-        unit_record_item(u, scale * cosine, slots.get(unit_prefix(u["unit_id"])) if config.briefs else None)
-        for u, cosine in zip(units, cosines, strict=True)
-    ]
+    leaves = [unit_record_item(u, scale * cosine) for u, cosine in zip(units, cosines, strict=True)]
     leaves += [
         memory_item(h.payload, scale * h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits
     ]
     nodes = [memory_item(h.payload, scale * h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
-    return leaves, nodes, words
+    return leaves, nodes, words, slots
 
 
 def _ancestors(
@@ -274,9 +276,8 @@ def unit_item(payload: dict[str, Any], score: float) -> rank.Item:
     return unit_record_item(orjson.loads(payload[UNIT_FIELD]), score)
 
 
-def unit_record_item(unit: dict[str, Any], score: float, slot: int | None = None) -> rank.Item:
-    """A stored unit's record (``Unit`` as JSON, read) as a recall item; ``slot``: its sentence view
-    nearest the query, its ``brief``."""
+def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
+    """A stored unit's record (``Unit`` as JSON, read) as a recall item."""
     ts = datetime.fromisoformat(unit["ts"])
     turn = (unit["turn_id"],)
     return rank.Item(
@@ -291,12 +292,17 @@ def unit_record_item(unit: dict[str, Any], score: float, slot: int | None = None
         covers_turn_ids=turn,
         dense=score,
         session_id=unit["session_id"],
-        brief="" if slot is None else brief(unit["text"], slot),
         event_times=tuple(
             (datetime.fromisoformat(e["start"]), datetime.fromisoformat(e["end"]), e["granularity"])
             for e in unit.get("event_times", ())
         ),
     )
+
+
+def _with_brief(item: rank.Item, slots: dict[str, int]) -> rank.Item:
+    """A unit with its ``brief``: its sentence whose view the search found nearest the query."""
+    slot = slots.get(unit_prefix(item.id))
+    return item if item.kind != "unit" or slot is None else replace(item, brief=brief(item.text, slot))
 
 
 def brief(text: str, slot: int) -> str:
