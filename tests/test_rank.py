@@ -415,7 +415,8 @@ def scored_items(draw: st.DrawFn) -> list[tuple[Item, float]]:
         # No end, an end before the start, an instant, or a span of up to a year and more (long date ranges).
         end = draw(st.none() | st.integers(-10_000, 800_000).map(lambda m, s=start: s + timedelta(minutes=m)))
         score = draw(st.floats(0.0, 1.0))
-        out.append((item(f"i{k}", kind, draw(TEXTS), start=start, end=end, turns=turns), score))
+        drawn = item(f"i{k}", kind, draw(TEXTS), start=start, end=end, turns=turns)
+        out.append((replace(drawn, brief=draw(TEXTS)) if kind == "unit" else drawn, score))
     return out
 
 
@@ -435,15 +436,39 @@ def linked_tree(scored: list[tuple[Item, float]]) -> tuple[list[Scored], dict[st
     return linked, nodes
 
 
-@given(scored_items(), st.integers(-5, 400), st.integers(0, 12), st.sampled_from(ZONES), st.booleans())
+@given(
+    scored_items(),
+    st.integers(-5, 400),
+    st.integers(0, 12),
+    st.sampled_from(ZONES),
+    st.booleans(),
+    st.sampled_from([0.5, 0.9, 2.0]),
+    st.booleans(),
+)
 def test_the_rendered_context_never_exceeds_the_budget(
-    scored: list[tuple[Item, float]], budget: int, activated: int, zone_name: str, leaves_only: bool
+    scored: list[tuple[Item, float]],
+    budget: int,
+    activated: int,
+    zone_name: str,
+    leaves_only: bool,
+    covered: float,
+    briefs: bool,
 ) -> None:
     """What the agent reads, ``render_context`` of the ordered selection, is at most ``budget`` tokens
-    by ``tokens``, whatever the texts, dates, zone and levels."""
+    by ``tokens``, whatever the texts, dates, zone and levels, and with leaves dropped when said again
+    (``covered``) and briefs filling what is left."""
     zone = ZoneInfo(zone_name)
     linked, nodes = linked_tree(scored)
-    out = select(linked, nodes, budget, activated=activated, levels={1} if leaves_only else None, zone=zone)
+    out = select(
+        linked,
+        nodes,
+        budget,
+        activated=activated,
+        levels={1} if leaves_only else None,
+        zone=zone,
+        covered=covered,
+        briefs=briefs,
+    )
     context = render_context(order(out), zone)
     assert tokens(context) <= max(budget, 0)
     assert costs_in(out, zone) <= max(budget, 0)  # what select charged, which bounds the context
@@ -456,12 +481,12 @@ def costs_in(scored: list[Scored], zone: ZoneInfo) -> int:
     return charged_tokens(scored, zone)
 
 
-@given(scored_items(), st.integers(-5, 400), st.integers(0, 12))
+@given(scored_items(), st.integers(-5, 400), st.integers(0, 12), st.sampled_from([0.5, 0.9, 2.0]))
 def test_select_returns_each_item_once_and_only_known_items(
-    scored: list[tuple[Item, float]], budget: int, activated: int
+    scored: list[tuple[Item, float]], budget: int, activated: int, covered: float
 ) -> None:
     linked, nodes = linked_tree(scored)
-    out = select(linked, nodes, budget, activated=activated, zone=UTC_ZONE)
+    out = select(linked, nodes, budget, activated=activated, zone=UTC_ZONE, covered=covered)
     assert len({i.id for i, _ in out}) == len(out)
     assert {i.id for i, _ in out} <= {i.id for i, _ in linked} | set(nodes)
 
@@ -558,9 +583,52 @@ def test_select_skips_a_leaf_that_says_nothing_the_context_does_not_say_already(
     other = item("o", "unit", "Ann: the vet says Miso is healthy.")
     leaves = [(episode, 0.9), (unit, 0.8), (other, 0.7)]
     assert ids(select(leaves, {}, 1000, zone=UTC_ZONE)) == ["e", "o"]
-    assert ids(select(leaves, {}, 1000, contained=1.01, zone=UTC_ZONE)) == ["e", "u", "o"]  # never
-    # The other way round the episode says more than the unit: both are kept.
-    assert ids(select([(unit, 0.9), (episode, 0.8)], {}, 1000, zone=UTC_ZONE)) == ["u", "e"]
+    never = {"contained": 1.01, "covered": 2.0}
+    assert ids(select(leaves, {}, 1000, zone=UTC_ZONE, **never)) == ["e", "u", "o"]
+
+
+def test_a_kept_leaf_said_again_by_a_later_one_gives_its_tokens_back() -> None:
+    """A fact, then the turn that said it: the fact's words (its date in the turn's day header) are all
+    in the turn, so the fact goes and the budget it held takes the next leaf. With ``covered`` above 1
+    the fact stays and the next leaf does not fit."""
+    fact = item("f", "fact", "Ann adopted a grey cat named Miso (7 May 2023).")
+    unit = item("u", "unit", "Ann: I adopted a grey cat named Miso yesterday, she sleeps all day.")
+    other = item("o", "unit", "Ann: the vet says Miso is healthy.")
+    leaves = [(fact, 0.9), (unit, 0.8), (other, 0.7)]
+    budget = charged_tokens([(fact, 0.9), (unit, 0.8)], UTC_ZONE)
+    assert charged_tokens([(unit, 0.8), (other, 0.7)], UTC_ZONE) <= budget  # the fact's tokens hold the other
+    assert ids(select(leaves, {}, budget, zone=UTC_ZONE, covered=0.9)) == ["u", "o"]
+    assert ids(select(leaves, {}, budget, zone=UTC_ZONE, covered=2.0)) == ["f", "u"]
+    # An episode that quotes the turn whole says more than it: the turn goes, the episode holds it.
+    quoted = item("q", "unit", "Ann: I adopted a grey cat named Miso yesterday.")
+    episode = item(
+        "e", "episode", "On 8 May 2023, Ann: I adopted a grey cat named Miso yesterday. She purrs all day!"
+    )
+    assert ids(select([(quoted, 0.9), (episode, 0.8)], {}, 1000, zone=UTC_ZONE)) == ["e"]
+    assert ids(select([(quoted, 0.9), (episode, 0.8)], {}, 1000, zone=UTC_ZONE, covered=2.0)) == ["q", "e"]
+
+
+def test_a_leaf_that_only_differs_by_its_day_is_not_a_repeat() -> None:
+    """The same words said on another day add that day: neither is skipped nor dropped."""
+    first = item("a", "unit", "Ann: I went running with my sister.")
+    again = item("b", "unit", "Ann: I went running with my sister.", start=T0 + timedelta(days=30))
+    assert ids(select([(first, 0.9), (again, 0.8)], {}, 1000, zone=UTC_ZONE)) == ["a", "b"]
+
+
+def test_the_budget_left_goes_to_the_brief_of_a_unit_that_did_not_fit() -> None:
+    """A long turn that does not fit whole is returned as its sentence nearest the query when that fits
+    in what the leaves that fit left; never in place of a leaf that fits whole."""
+    short = item("s", "unit", "Ann: the vet says Miso is healthy.")
+    said = "Ann: " + " ".join(f"Sentence {k} about the garden and its roses." for k in range(30))
+    long = replace(item("l", "unit", said), brief="Ann: I adopted a grey cat named Miso.")
+    budget = charged_tokens([(short, 0.9)], UTC_ZONE) + 15
+    out = select([(long, 0.95), (short, 0.9)], {}, budget, zone=UTC_ZONE, briefs=True)
+    assert [(i.id, i.text) for i, _ in out] == [("s", short.text), ("l", long.brief)]
+    assert charged_tokens(out, UTC_ZONE) <= budget
+    assert ids(select([(long, 0.95), (short, 0.9)], {}, budget, zone=UTC_ZONE, briefs=False)) == ["s"]
+    # No room left for the brief either: only the short turn.
+    tight = charged_tokens([(short, 0.9)], UTC_ZONE)
+    assert ids(select([(long, 0.95), (short, 0.9)], {}, tight, zone=UTC_ZONE, briefs=True)) == ["s"]
 
 
 # --- condensed: a unit without its small talk ----------------------------------------------------------

@@ -22,7 +22,7 @@ from memstream.adapters.store.shards import EdgeShards
 from memstream.core.memories import KIND_FIELD, MEMORIES, memories_spec, memory_from_payload
 from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
-from memstream.core.recall.engine import Recalled, recall
+from memstream.core.recall.engine import Recalled, brief, recall
 from memstream.core.recall.time_intent import contains, distance
 from memstream.core.store import Hit, SearchQuery, VectorStore
 from memstream.core.unit_views import views_spec
@@ -358,3 +358,23 @@ def test_recall_returns_and_renders_a_unit_without_its_small_talk_and_flat_as_sa
     assert booked in default.context.splitlines() and "Thanks" not in default.context
     assert f"Anna: {said}" in [i.text for i, _ in flat.items]
     assert not FLAT_HYBRID.condense  # the flat baseline's preset returns turns as said
+
+
+@pytest.mark.parametrize(
+    ("text", "slot", "expected"),
+    [
+        (
+            "Ann: Wow, thanks! I adopted a cat named Miso. She sleeps all day.",
+            2,
+            "Ann: I adopted a cat named Miso.",
+        ),
+        ("Ann: Wow, thanks! I adopted a cat named Miso. She sleeps all day.", 3, "Ann: She sleeps all day."),
+        ("Ann: Wow, thanks! I adopted a cat named Miso.", 1, ""),  # small talk says nothing
+        ("Ann: I adopted a cat named Miso.", 1, ""),  # one sentence: the unit itself
+        ("Ann: I adopted a cat. She sleeps.", 3, ""),  # not one of its sentences
+        ("Ann: I adopted a cat. She sleeps.", 0, ""),  # the context view
+        ("Ann: Look! [shares a photo: a grey cat on a sofa]", 2, "Ann: shares a photo: a grey cat on a sofa"),
+    ],
+)
+def test_a_units_brief_is_its_sentence_at_the_view_slot(text: str, slot: int, expected: str) -> None:
+    assert brief(text, slot) == expected

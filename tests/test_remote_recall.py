@@ -10,6 +10,7 @@ import http.server
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -23,7 +24,7 @@ from memstream.adapters import metrics
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.remote_recall import recall_at, serve_recall
 from memstream.adapters.store.remote import RemoteStore, serve
-from memstream.core.recall.engine import recall
+from memstream.core.recall.engine import Recalled, recall
 from memstream.core.recall.wire import (
     Ask,
     answer,
@@ -64,6 +65,20 @@ def test_a_recall_round_trips_through_the_wire(sample_memory: VectorStore, query
             b.start.utcoffset(),
             b.recorded_at.utcoffset(),
         )
+
+
+def test_an_item_keeps_its_brief_on_the_wire_and_a_worker_without_briefs_sends_none(
+    sample_memory: VectorStore,
+) -> None:
+    recalled = answer(sample_memory, EMBEDDER, ask("Where am I moving to?"))
+    item, score = recalled.items[0]
+    briefed = Recalled(
+        [(replace(item, brief="Maya: We live in Lisbon."), score)], "", recalled.intent, "simple"
+    )
+    wire = orjson.loads(orjson.dumps(recalled_to_wire(briefed)))
+    assert recalled_from_wire(wire).items[0][0].brief == "Maya: We live in Lisbon."
+    del wire["items"][0][0]["brief"]
+    assert recalled_from_wire(wire).items[0][0] == replace(item, brief="")
 
 
 def test_an_ask_round_trips_and_its_vector_is_used_as_given(sample_memory: VectorStore) -> None:

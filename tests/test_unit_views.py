@@ -196,6 +196,34 @@ def test_recall_mixes_a_units_turn_sentence_and_context_cosines(tmp_path: Path) 
     shards.close()
 
 
+def test_a_unit_of_several_sentences_carries_its_sentence_nearest_the_query_as_its_brief(
+    tmp_path: Path,
+) -> None:
+    """The brief is the sentence whose view the search found nearest the query; one-sentence units
+    have none, and neither does any unit when ``briefs`` is off."""
+    shards = _store_of(tmp_path, TEXTS)
+    store = shards.get(0)
+    q = EMBEDDER.embed([QUERY])[0]
+    said = sentence_texts(f"Anna: {TEXTS[2]}")
+    nearest = max(said, key=lambda s: float(EMBEDDER.embed([s])[0] @ q))
+    assert nearest == "Anna: Hiking at dawn in the mountains is my other love."
+
+    def briefs(config: RecallConfig) -> dict[str, str]:
+        result = recall(
+            store,
+            EMBEDDER,
+            user_key="t/anna",
+            query=QUERY,
+            now=datetime(2024, 5, 2, tzinfo=UTC),
+            config=config,
+        )
+        return {i.source_turn_ids[0]: i.brief for i, _ in result.items}
+
+    assert briefs(DEFAULT) == {"turn-0": "", "turn-1": "", "turn-2": nearest}
+    assert set(briefs(replace(DEFAULT, briefs=False)).values()) == {""}
+    shards.close()
+
+
 def test_units_stored_without_views_keep_their_whole_turn_cosine(tmp_path: Path) -> None:
     """A store written before views existed: fewer view hits than asked, so a unit without views is
     scored by its whole-turn cosine alone."""

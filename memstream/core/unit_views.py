@@ -107,5 +107,10 @@ def unit_prefix(id_: str) -> str:
     return id_[:-2]
 
 
+def view_slot(view: str) -> int:
+    """A view's slot (``view_id``): 0 the context view, from 1 its unit's sentences in order."""
+    return int(view[-2:], 16)
+
+
 def is_context(view: str) -> bool:
     return view.endswith("00")

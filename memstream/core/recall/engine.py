@@ -23,8 +23,9 @@ from memstream.core.memories import KIND_FIELD, MEMORIES, MEMORY_FIELD
 from memstream.core.recall import rank, speakers
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
+from memstream.core.sentences import is_small_talk
 from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
-from memstream.core.unit_views import UNIT_VIEWS, is_context, unit_prefix
+from memstream.core.unit_views import UNIT_VIEWS, is_context, sentence_texts, unit_prefix, view_slot
 from memstream.core.units import UNIT_FIELD, UNITS, USER_FIELD
 from schemas.memory import Memory, MemoryKind
 
@@ -71,7 +72,9 @@ def recall(
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
     # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
     tree = any(level > rank.LEAF_LEVEL for level in wanted)
-    leaves, sessions, words = _candidates(store, embedder, vector, query, user_key, config, sessions=tree)
+    leaves, sessions, words, slots = _candidates(
+        store, embedder, vector, query, user_key, config, sessions=tree
+    )
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
     # ended, so no point-in-time filter here: the selection puts the asked interval first.
     scored = rank.keep_valid(
@@ -83,9 +86,11 @@ def recall(
     scored = rank.drop_phatic(
         smoothed, config.min_content_words
     )  # phatic turns still lifted their neighbours
+    activated = {item.id for item, _ in rank.top(scored, config.activated)}
+    if config.briefs:  # of the activated units only: the others hardly reach select's queue
+        scored = [(_with_brief(item, slots) if item.id in activated else item, s) for item, s in scored]
     if config.condense:  # scored on what was said, returned without its small talk
         scored = [(rank.condensed(item), score) for item, score in scored]
-    activated = {item.id for item, _ in rank.top(scored, config.activated)}
     by_id: dict[str, rank.Item] = {}
     linked = scored
     if tree:
@@ -106,6 +111,8 @@ def recall(
         level_decay=config.level_decay,
         contained=config.contained,
         zone=zone,
+        covered=config.covered,
+        briefs=config.briefs,
     )
     ordered = rank.order(selected, closeness)
     return Recalled(ordered, rank.render_context(ordered, zone), intent, complexity)
@@ -117,21 +124,25 @@ def _unit_cosines(
     user_key: str,
     hits: Sequence[Hit],
     config: RecallConfig,
-) -> list[float]:
+) -> tuple[list[float], dict[str, int]]:
     """The units' dense scores: their whole-turn cosines (``hits``) mixed with their best sentence's and
     their context view's (``memstream.core.unit_views``), from one search of the user's nearest views
     (ids only: a view's id names its unit and its kind). A unit whose view is not among them takes the
     lowest one's cosine, an upper bound of its own; when fewer came back than were asked every view did,
-    and a unit without one (stored before views existed) keeps its whole-turn cosine."""
-    if not (config.sentence_weight or config.context_weight) or not hits:
-        return [h.score for h in hits]
+    and a unit without one (stored before views existed) keeps its whole-turn cosine. Also the slot of
+    each unit's best sentence view found, by ``unit_prefix``."""
+    if not (config.sentence_weight or config.context_weight or config.briefs) or not hits:
+        return [h.score for h in hits], {}
     mine = Filter(equals={USER_FIELD: user_key})
     found = search(store, UNIT_VIEWS, vector, config.view_candidates, mine, with_payload=False)
     floor = found[-1].score if len(found) >= config.view_candidates else None
     sentences: dict[str, float] = {}
     contexts: dict[str, float] = {}
+    slots: dict[str, int] = {}
     for h in found:  # best first: a unit's first hit of a kind is its best
         (contexts if is_context(h.id) else sentences).setdefault(unit_prefix(h.id), h.score)
+        if not is_context(h.id):
+            slots.setdefault(unit_prefix(h.id), view_slot(h.id))
     out = []
     for h in hits:
         unit = unit_prefix(h.id)
@@ -142,7 +153,7 @@ def _unit_cosines(
             + config.sentence_weight * (h.score if sentence is None else sentence)
             + config.context_weight * (h.score if context is None else context)
         )
-    return out
+    return out, slots
 
 
 def _candidates(
@@ -153,9 +164,10 @@ def _candidates(
     user_key: str,
     config: RecallConfig,
     sessions: bool = True,
-) -> tuple[list[rank.Item], list[rank.Item], str]:
+) -> tuple[list[rank.Item], list[rank.Item], str, dict[str, int]]:
     """The leaves nearest the query (units, episodes, facts; units also by BM25), when ``sessions``
-    the session nodes nearest it, and the query's words for BM25. Every candidate carries its cosine:
+    the session nodes nearest it, the query's words for BM25, and the slot of each unit's sentence view
+    nearest the query (``_unit_cosines``). Every candidate carries its cosine:
     the store rescores the lexical ones densely.
 
     A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
@@ -198,13 +210,13 @@ def _candidates(
             for k, limit in limits.items()
         ],
     )
-    cosines = _unit_cosines(store, vector, user_key, units_hits, config)
+    cosines, slots = _unit_cosines(store, vector, user_key, units_hits, config)
     leaves = [unit_record_item(u, scale * cosine) for u, cosine in zip(units, cosines, strict=True)]
     leaves += [
         memory_item(h.payload, scale * h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits
     ]
     nodes = [memory_item(h.payload, scale * h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
-    return leaves, nodes, words
+    return leaves, nodes, words, slots
 
 
 def _ancestors(
@@ -285,6 +297,23 @@ def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
             for e in unit.get("event_times", ())
         ),
     )
+
+
+def _with_brief(item: rank.Item, slots: dict[str, int]) -> rank.Item:
+    """A unit with its ``brief``: its sentence whose view the search found nearest the query."""
+    slot = slots.get(unit_prefix(item.id))
+    return item if item.kind != "unit" or slot is None else replace(item, brief=brief(item.text, slot))
+
+
+def brief(text: str, slot: int) -> str:
+    """The sentence of a unit's ``text`` at sentence view ``slot`` (``unit_views.sentence_texts``, from
+    1), "Speaker: sentence"; "" when the unit is one sentence, the slot is not one of its sentences or
+    the sentence is small talk (``sentences.is_small_talk``): a brief must say something."""
+    said = sentence_texts(text)
+    if len(said) < 2 or not 1 <= slot <= len(said):
+        return ""
+    sentence = said[slot - 1]
+    return "" if is_small_talk(sentence.partition(": ")[2] or sentence) else sentence
 
 
 def memory_item(payload: dict[str, Any], score: float) -> rank.Item:

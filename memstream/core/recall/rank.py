@@ -61,6 +61,9 @@ class Item:
     covers_turn_ids: tuple[str, ...] = ()  # every turn beneath it (Memory.covers_turn_ids); units: their turn
     # units: when what they tell happened (TSM semantic time), [start, end) and its granularity
     event_times: tuple[tuple[datetime, datetime, str], ...] = ()
+    # units of several sentences: their sentence nearest the query ("Speaker: sentence"), what ``select``
+    # may return in place of the unit when the whole does not fit; "" = none
+    brief: str = ""
 
 
 Scored = tuple[Item, float]
@@ -224,6 +227,8 @@ def select(
     contained: float = DEFAULT.contained,
     *,
     zone: ZoneInfo,
+    covered: float = DEFAULT.covered,
+    briefs: bool = DEFAULT.briefs,
 ) -> list[Scored]:
     """Leaves and tree nodes whose rendered lines fit ``budget_tokens``, chosen greedily by gain per token.
 
@@ -241,8 +246,16 @@ def select(
     and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
     nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
     ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
-    times ``level_decay`` per level above it. A leaf that says nothing new is skipped: ``contained`` or
-    more of its content words are in one leaf already kept (a unit whose episode quotes it whole).
+    times ``level_decay`` per level above it.
+
+    Leaves are compared by what they say as rendered (``rendered_words``: the line and its day's header,
+    so a date a fact or an episode spells out counts as said by the header of a unit of that day). A
+    leaf that says nothing new is skipped: ``contained`` or more of its words are in one leaf already
+    kept (a unit whose episode quotes it whole). A kept leaf that a later one says again is dropped
+    and its tokens go back to the budget: ``covered`` or more of its words are in the later leaf (the
+    fact "Caroline went to a support group (7 May 2023)" once the turn that said it is kept); above 1:
+    never. With ``briefs``, the budget left at the end goes to the ``brief`` (the sentence nearest the
+    query) of the units that did not fit whole, in queue order.
     """
     allow = (lambda level: True) if levels is None else levels.__contains__
     ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
@@ -288,14 +301,36 @@ def select(
         else []
     )
     kept: list[Scored] = []
-    kept_words: list[set[str]] = []  # the content words of each leaf kept
+    said: dict[str, set[str]] = {}  # the rendered words of each leaf kept (rendered_words), by id
     chosen: set[str] = set()
+    skipped: list[Scored] = []  # leaves that did not fit whole, in queue order
     used = 0
     head = 0
+
+    def take(leaf: Scored) -> None:
+        """Keep ``leaf`` unless a kept leaf says what it says; drop the kept leaves it says again."""
+        nonlocal kept, used
+        words = rendered_words(leaf[0], zone)
+        if words and any(len(words & other) >= contained * len(words) for other in said.values()):
+            return  # what it says is in the context already
+        again = {i for i, other in said.items() if other and len(other & words) >= covered * len(other)}
+        if again:
+            kept = [p for p in kept if p[0].id not in again]
+            for i in again:
+                del said[i]
+            opened.clear()
+            opened.update(header[i.id] for i, _ in kept if i.level == LEAF_LEVEL)
+            used = charged_tokens(kept, zone)
+        kept.append(leaf)
+        said[leaf[0].id] = words
+        used += leaf_tokens(leaf[0])
+        opened.add(header[leaf[0].id])
+
     while True:
         while head < len(queue) and used + leaf_tokens(queue[head][0]) > budget_tokens:
-            # What does not fit now never will: a leaf's cost falls by its day's header only once another
-            # leaf paid that header from the same budget.
+            # Not taken up again whole: a leaf's cost falls by its day's header only once another leaf
+            # paid that header from the same budget, or by a kept leaf said again (``covered``).
+            skipped.append(queue[head])
             head += 1
         leaf = queue[head] if head < len(queue) else None
         leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
@@ -316,21 +351,28 @@ def select(
         elif leaf is not None:
             head += 1
             represent(leaf[0].id)
-            words = set(tokenize(leaf[0].text))
-            if words and any(len(words & other) >= contained * len(words) for other in kept_words):
-                continue  # what it says is in the context already
-            kept.append(leaf)
-            kept_words.append(words)
-            used += leaf_tokens(leaf[0])
-            opened.add(header[leaf[0].id])
+            take(leaf)
         else:
             break
+    if briefs:
+        for item, score in skipped:
+            if not item.brief or item.id in said:
+                continue
+            short = replace(item, text=item.brief, brief="")
+            cost[item.id] = line_tokens(short, zone)
+            if used + leaf_tokens(short) <= budget_tokens:
+                take((short, score))
     # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
     for node_id in sorted(node_ids, key=lambda n: (not node_inside[n], -node_score[n], n)):
         if node_id not in chosen and used + node_cost[node_id] <= budget_tokens:
             kept.append((by_id[node_id], node_score[node_id]))
             used += node_cost[node_id]
     return kept
+
+
+def rendered_words(item: Item, zone: ZoneInfo) -> set[str]:
+    """The content words a leaf adds to a context: those of its line and of its day's header."""
+    return set(tokenize(f"{day_header(item, zone)} {render_line(item, zone)}"))
 
 
 def _holds_at(item: Item, at: datetime) -> bool:

@@ -163,6 +163,7 @@ def _item_out(item: rank.Item) -> dict[str, Any]:
         "session_id": item.session_id,
         "covers_turn_ids": list(item.covers_turn_ids),
         "event_times": [[s.isoformat(), e.isoformat(), g] for s, e, g in item.event_times],
+        "brief": item.brief,
     }
 
 
@@ -184,6 +185,7 @@ def _item_in(raw: Mapping[str, Any]) -> rank.Item:
         session_id=None if session is None else _of(str, session),
         covers_turn_ids=_strings(raw["covers_turn_ids"]),
         event_times=tuple((_time(s), _time(e), _of(str, g)) for s, e, g in raw["event_times"]),
+        brief=_of(str, raw.get("brief", "")),  # a worker from before briefs sends none
     )
 
 
