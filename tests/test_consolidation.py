@@ -64,7 +64,9 @@ def server() -> Iterator[OpenAIServer]:
         yield s
 
 
-@pytest.fixture(params=["extractive", "llm"])
+# the LLM writer's replays go through the OpenAI-compatible test server over HTTP: 9-16 s each, so
+# `make test` runs them and `make test-fast` does not
+@pytest.fixture(params=["extractive", pytest.param("llm", marks=pytest.mark.slow)])
 def setup(
     request: pytest.FixtureRequest, tmp_path: Path, server: OpenAIServer
 ) -> tuple[Settings, Consolidation, EdgeShards]:
@@ -223,6 +225,7 @@ def test_the_same_events_twice_give_the_same_memory(
     shards.close()
 
 
+@pytest.mark.slow
 def test_llm_tokens_counted_equal_the_servers_usage(tmp_path: Path) -> None:
     with OpenAIServer() as server:
         server.chat_responder = respond
