@@ -31,8 +31,11 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/memstream schemas export --check
 
+# pytest on Tansu, then the tests on the shared broker fixture (tests/conftest.py: the integration
+# and fault suites) again on Apache Kafka; those skip where Java or `make kafka`'s jars are missing.
 test: lint deploy-check
 	$(BIN)/pytest -q -ra
+	MEMSTREAM_TEST_BROKERS=kafka $(BIN)/pytest -q -ra -m on_broker
 
 # Kubernetes deployment (helm/, deploy/). deploy-check installs helm, promtool and hadolint into
 # .venv/bin when missing (deploy/tools.sh), then: generated files up to date, the image's locks,

@@ -66,6 +66,14 @@ def start_broker(kind: str, tmp: Path) -> AnyBroker:
     return kafka
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test that takes the shared broker ``on_broker``: `make test` runs those again on
+    Kafka (``MEMSTREAM_TEST_BROKERS=kafka pytest -m on_broker``)."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.on_broker)
+
+
 @pytest.fixture(scope="session", params=TEST_BROKERS)
 def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnyBroker]:
     b = start_broker(request.param, tmp_path_factory.mktemp(request.param))
