@@ -84,6 +84,7 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
 
 def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: BrokerKind) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
+    (work / "broker").mkdir()  # the embedded broker's log and pidfile (`up` makes its data dir first)
     with embedded_broker(Settings(broker=broker_kind, data_dir=work / "broker"), free_port()) as broker:
         env = {
             **os.environ,
