@@ -11,6 +11,7 @@ is stored, closed, consolidated and found there.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from memstream.adapters.kafka import (
     producer,
     read_topic,
     settled,
+    track_topics,
 )
 from memstream.adapters.kafka_server import KafkaServer
 from memstream.adapters.settings import Settings
@@ -241,6 +243,29 @@ def _reach_their_users_memory(
         assert items and all(i.startswith(f"{user}-") for item in items for i in item["source_turn_ids"])
     reasons = [d.reason for d in map(DeadLetter.from_bytes, _values(settings, DEAD_LETTER.name))]
     assert sorted(reasons) == ["key_mismatch", "missing_key"]
+
+
+@pytest.mark.integration
+async def test_a_tracked_topic_stays_in_the_producers_metadata(broker: AnyBroker) -> None:
+    """A changelog the producer found in an all-topics metadata answer is still known after it
+    sends to a topic created later (the table write that failed for ever on Kafka, streams/app.py)."""
+    first, later = (
+        Settings(bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.") for _ in "ab"
+    )
+    await ensure_topics(first)
+    kept = first.topic(WINDOWS.name)
+    async with producer(first) as p:
+        for _ in range(50):  # tracks nothing yet: every topic, once the new ones have leaders
+            await p.client.force_metadata_update()
+            if p.client.cluster.partitions_for_topic(kept):
+                break
+            await asyncio.sleep(0.2)
+        assert p.client.cluster.partitions_for_topic(kept)
+        await track_topics(p, [kept])
+        await ensure_topics(later)
+        await p.send_and_wait(later.topic(TURNS.name), b"{}", key=b"default/u")  # unknown: now tracked
+        await p.client.force_metadata_update()
+        assert p.client.cluster.partitions_for_topic(kept)
 
 
 async def _bad(settings: Settings, keyless: Turn, mismatched: Turn) -> None:
