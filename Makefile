@@ -31,8 +31,11 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/memstream schemas export --check
 
+# pytest on Tansu, then the tests on the shared broker fixture (tests/conftest.py: the integration
+# and fault suites) again on Apache Kafka; those skip where Java or `make kafka`'s jars are missing.
 test: lint deploy-check
 	$(BIN)/pytest -q -ra
+	MEMSTREAM_TEST_BROKERS=kafka $(BIN)/pytest -q -ra -m on_broker
 
 # The fast loop: unit and property tests, no broker, no `memstream up`, no lint or deploy checks
 # (tests/conftest.py marks broker tests integration and fails any that starts one unmarked here).

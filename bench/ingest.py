@@ -1,9 +1,10 @@
 """End-to-end ingest throughput: turns/s through the real broker, processor and store, next to
 the embedder's own throughput measured in the same run.
 
-    python bench/ingest.py --embedder hash|minilm --turns N [--workers W] --json
+    python bench/ingest.py --embedder hash|minilm --turns N [--workers W] [--broker tansu|kafka] --json
 
-Each run starts a Tansu broker and `memstream up` with W worker processes, warms them up
+Each run starts a broker (Tansu, or Apache Kafka with --broker kafka: `memstream up`'s embedded
+one, memstream/adapters/embedded_broker.py) and `memstream up` with W worker processes, warms them up
 (every partition owned, model loaded), produces N generated turns, and times until the workers
 have committed past the last one; then stops them, counts what the units collection holds, and
 measures the embedder alone and the ingest processor alone (no broker, no faust) on the same turns.
@@ -30,8 +31,10 @@ from typing import Any
 
 import orjson
 
-from memstream.adapters.broker import Broker, free_port, free_ports
+from memstream.adapters.broker import free_port, free_ports
+from memstream.adapters.embedded_broker import BrokerKind, embedded_broker
 from memstream.adapters.embedders import make_embedder
+from memstream.adapters.kafka import wait_group_coordinator
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
@@ -79,13 +82,14 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     return rate
 
 
-def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, Any]:
+def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: BrokerKind) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
-    with Broker(free_port(), work / "tansu.log") as broker:
+    (work / "broker").mkdir()  # the embedded broker's log and pidfile (`up` makes its data dir first)
+    with embedded_broker(Settings(broker=broker_kind, data_dir=work / "broker"), free_port()) as broker:
         env = {
             **os.environ,
             "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-            "MEMSTREAM_TANSU_QUIRKS": "true",
+            "MEMSTREAM_TANSU_QUIRKS": str(broker_kind == "tansu").lower(),
             "MEMSTREAM_DATA_DIR": str(work / "data"),
             "MEMSTREAM_EMBEDDER": embedder,
             "MEMSTREAM_METRICS_PORT": str(free_ports(workers)),
@@ -97,6 +101,8 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
             "MEMSTREAM_ROLES": "ingest",
         }
         settings = Settings.from_env(env)
+        if broker_kind == "kafka":  # as `memstream up` does before its workers join
+            asyncio.run(wait_group_coordinator(settings))
         sample = list(islice(generate(users=users, days=365, tenant="bench"), turns + 50))
         warm, main = sample[:50], sample[50 : 50 + turns]
         texts = [render_text(t.messages) for t in main]
@@ -162,11 +168,13 @@ def run_once(embedder: str, turns: int, users: int, workers: int) -> dict[str, A
         }
 
 
-def run(embedder: str, turns: int, users: int, repeat: int, workers: int) -> dict[str, Any]:
+def run(
+    embedder: str, turns: int, users: int, repeat: int, workers: int, broker_kind: BrokerKind = "tansu"
+) -> dict[str, Any]:
     """``repeat`` fresh runs (broker, worker, store); medians, and the ratio of the medians."""
     runs = []
     for i in range(repeat):
-        runs.append(run_once(embedder, turns, users, workers))
+        runs.append(run_once(embedder, turns, users, workers, broker_kind))
         r = runs[-1]
         print(
             f"run {i + 1}/{repeat}: {r['end_to_end_turns_per_s']:,.0f} turns/s end to end, embedder "
@@ -179,6 +187,7 @@ def run(embedder: str, turns: int, users: int, repeat: int, workers: int) -> dic
     alone = statistics.median(r["processor_only_turns_per_s"] for r in runs)
     return {
         "embedder": embedder,
+        "broker": broker_kind,
         "turns": turns,
         "users": users,
         "repeat": repeat,
@@ -203,16 +212,18 @@ def main() -> None:
     p.add_argument("--users", type=int, default=200)
     p.add_argument("--repeat", type=int, default=3, help="fresh runs; medians are reported (default 3)")
     p.add_argument("--workers", type=int, default=1, help="worker processes of `memstream up` (default 1)")
+    p.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="(default tansu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a readable line)")
     args = p.parse_args()
-    result = run(args.embedder, args.turns, args.users, args.repeat, args.workers)
+    result = run(args.embedder, args.turns, args.users, args.repeat, args.workers, args.broker)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:
         print(
-            f"{result['embedder']}: {result['end_to_end_turns_per_s']:,.0f} turns/s end to end, embedder "
-            f"{result['embedder_turns_per_s']:,.0f} turns/s, ratio {result['ratio']:.2f}, stored "
-            f"{result['stored']}/{result['turns']}, duplicates {result['duplicates']}"
+            f"{result['embedder']} on {result['broker']}: {result['end_to_end_turns_per_s']:,.0f} turns/s "
+            f"end to end, embedder {result['embedder_turns_per_s']:,.0f} turns/s, "
+            f"ratio {result['ratio']:.2f}, stored {result['stored']}/{result['turns']}, "
+            f"duplicates {result['duplicates']}"
         )
 
 

@@ -38,7 +38,7 @@ from faust.types import TP, EventT
 
 from consumers import Consolidation
 from memstream.adapters import metrics
-from memstream.adapters.kafka import partition_for
+from memstream.adapters.kafka import partition_for, track_topics
 from memstream.adapters.settings import Settings
 from memstream.core.forgetting import Forgotten
 from memstream.core.memories import MEMORIES
@@ -130,14 +130,12 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
     @app.task
     async def know_changelogs() -> None:
         # A use_partitioner table picks its changelog record's partition from the producer's cached
-        # metadata, without waiting for it (faust's key_partition). Apache Kafka answers a client's
-        # metadata request with the topics it asks for: a producer that never sent to a changelog
-        # does not know it, and the write fails (TypeError, retried for ever in tests/test_routing.py
-        # on Kafka). Tansu answered with every topic. Ask for them once, at start.
+        # metadata, without waiting for it (faust's key_partition). A producer that does not track a
+        # changelog (memstream.adapters.kafka.track_topics) loses it from its metadata, and the write
+        # fails (TypeError, retried for ever; seen in tests/test_routing.py on Kafka). Track them all.
         if isinstance(app.producer, AIOKafkaProducerService):
-            producer = app.producer._ensure_producer()
-            for table in app.tables.values():
-                await producer.partitions_for(table.changelog_topic.get_topic_name())
+            changelogs = [table.changelog_topic.get_topic_name() for table in app.tables.values()]
+            await track_topics(app.producer._ensure_producer(), changelogs)
 
     # ---- what the handlers share ---------------------------------------------------------------
     # An ingest batch, the erase of a deleted user and the idle timer never interleave: a batch

@@ -1,6 +1,7 @@
 """aiokafka partitioners with the arithmetic of other clients' defaults, for producing turns the
 way a platform's own services would: librdkafka's ``consistent_random`` (confluent-kafka, kcat, the
-Go and Node clients) and Sarama's hash partitioner (FNV-1a). Keyless records go anywhere, as there."""
+Go and Node clients) and Sarama's hash partitioner (FNV-1a). Keyless records go anywhere, as there.
+And the real confluent-kafka producer, for Apache Kafka (``produce_with_confluent``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import zlib
 from collections.abc import Callable, Sequence
 
+import confluent_kafka
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
@@ -57,3 +59,27 @@ async def produce(
         return list(await asyncio.gather(*sent))
     finally:
         await client.stop()
+
+
+def produce_with_confluent(settings: Settings, turns: Sequence[Turn]) -> list[int]:
+    """Send ``turns`` keyed tenant/user_id with confluent-kafka's Producer and its default
+    partitioner (librdkafka's ``consistent_random``), idempotent, acks=all; the partition each
+    landed on, in the turns' order."""
+    client = confluent_kafka.Producer({"bootstrap.servers": settings.brokers, "enable.idempotence": True})
+    landed: dict[int, int | None] = {}
+    failed: list[str] = []
+
+    def on_delivery(i: int) -> Callable[[confluent_kafka.KafkaError | None, confluent_kafka.Message], None]:
+        def delivered(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+            landed[i] = msg.partition()
+            if err is not None:
+                failed.append(str(err))
+
+        return delivered
+
+    topic = settings.topic(TURNS.name)
+    for i, t in enumerate(turns):
+        client.produce(topic, t.to_bytes(), key=t.key.encode(), on_delivery=on_delivery(i))
+    unsent = client.flush(60)
+    assert not unsent and not failed, f"{unsent} turns not delivered in 60 s; errors: {failed[:3]}"
+    return [p for _, p in sorted(landed.items()) if p is not None]

@@ -175,15 +175,15 @@ def test_sample_writes_the_bundled_set(tmp_path, capsys: pytest.CaptureFixture[s
     assert out.read_bytes() == SAMPLE.read_bytes()
 
 
-@pytest.mark.parametrize("broker", ["tansu", "kafka"])
-def test_broker_command_serves_kafka_and_stops_its_broker_on_sigterm(broker: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["tansu", "kafka"])
+def test_broker_command_serves_kafka_and_stops_its_broker_on_sigterm(kind: str, tmp_path: Path) -> None:
     from memstream.adapters.broker import port_open
     from memstream.adapters.kafka_server import missing
 
-    if broker == "kafka" and missing():
+    if kind == "kafka" and missing():
         pytest.skip(f"no Apache Kafka here: {missing()}")
     port = free_port()
-    env = {**os.environ, "MEMSTREAM_BROKER": broker, "MEMSTREAM_DATA_DIR": str(tmp_path)}
+    env = {**os.environ, "MEMSTREAM_BROKER": kind, "MEMSTREAM_DATA_DIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "memstream.apps.cli", "broker", "--port", str(port)],
         env=env,
@@ -203,8 +203,8 @@ def test_broker_command_serves_kafka_and_stops_its_broker_on_sigterm(broker: str
     deadline = time.monotonic() + 5
     while port_open(port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not port_open(port), f"{broker} outlived `memstream broker`"
-    assert ("Apache Kafka (log in" if broker == "kafka" else "Tansu (memory storage") in said, said
+    assert not port_open(port), f"{kind} outlived `memstream broker`"
+    assert ("Apache Kafka (log in" if kind == "kafka" else "Tansu (memory storage") in said, said
 
 
 def test_status_of_several_workers_adds_up() -> None:

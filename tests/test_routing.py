@@ -2,15 +2,18 @@
 
 Unit level: the partitioners' arithmetic against known vectors, aiokafka's default against
 ``partition_for``, ``streams.routing.misplaced``, and the key checks. Integration: turns produced
-with librdkafka's and Sarama's default partitioners (as platforms' own services would) to a real
-`memstream up` with two workers and four partitions; every misplaced turn is forwarded once to its
-key's partition, and every user's memory is stored, closed, consolidated and found there.
+with librdkafka's and Sarama's default partitioners (as platforms' own services would; on Apache
+Kafka also by confluent-kafka's own Producer) to a real `memstream up` with two workers and four
+partitions; every misplaced turn is forwarded once to its key's partition, and every user's memory
+is stored, closed, consolidated and found there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.adapters.broker import Broker, free_port, free_ports
+from memstream.adapters.broker import free_port, free_ports
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import (
     by_key,
@@ -30,7 +33,9 @@ from memstream.adapters.kafka import (
     producer,
     read_topic,
     settled,
+    track_topics,
 )
+from memstream.adapters.kafka_server import KafkaServer
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards, scroll_all
 from memstream.adapters.store.shards import EdgeShards
@@ -46,8 +51,15 @@ from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from streams.faust_adapter import faust_settings
 from streams.ingest import Incoming, IngestProcessor
 from streams.routing import misplaced
-from tests.conftest import consolidated_units, make_pipeline, ready, small_talk_units, wait_for
-from tests.partitioners import Partitioner, fnv1a_32, librdkafka_consistent, produce, sarama_hash
+from tests.conftest import AnyBroker, consolidated_units, make_pipeline, ready, small_talk_units, wait_for
+from tests.partitioners import (
+    Partitioner,
+    fnv1a_32,
+    librdkafka_consistent,
+    produce,
+    produce_with_confluent,
+    sarama_hash,
+)
 from tests.test_faults import status_or_none
 
 # --- the arithmetic -------------------------------------------------------------------------------
@@ -108,7 +120,65 @@ def test_keyless_and_mismatched_turns_are_dead_lettered(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp_path: Path) -> None:
+def test_turns_from_any_partitioner_reach_their_users_memory(broker: AnyBroker, tmp_path: Path) -> None:
+    turns = _turns()
+    users = sorted({t.user_id for t in turns})
+    # A third of the users each from a librdkafka-like, a Sarama-like and our own producer.
+    clients: dict[str, Partitioner] = {"crc32": librdkafka_consistent, "fnv1a": sarama_hash}
+    by_client = {
+        name: [t for t in turns if users.index(t.user_id) % 3 == i] for i, name in enumerate(clients)
+    }
+    ours = [t for t in turns if users.index(t.user_id) % 3 == 2]
+
+    def send(settings: Settings) -> dict[str, int]:
+        landed = {
+            name: [m.partition for m in asyncio.run(produce(settings, by_client[name], p))]
+            for name, p in clients.items()
+        }
+        asyncio.run(replay(settings, [RawRecord(t.key, t.to_bytes()) for t in ours], progress=False))
+        return {name: _misplaced(settings, by_client[name], ps) for name, ps in landed.items()}
+
+    _reach_their_users_memory(broker, tmp_path, turns, send)
+
+
+@pytest.mark.integration
+def test_confluent_kafkas_default_partitioner_reaches_every_users_memory(
+    broker: AnyBroker, tmp_path: Path
+) -> None:
+    """The real librdkafka client, as a platform's services would produce, on Apache Kafka."""
+    if not isinstance(broker, KafkaServer):
+        pytest.skip("confluent-kafka is checked on Apache Kafka (MEMSTREAM_TEST_BROKERS=kafka)")
+    turns = _turns()
+
+    def send(settings: Settings) -> dict[str, int]:
+        landed = produce_with_confluent(settings, turns)
+        everything = list(range(settings.topic_partitions))
+        # the pure-Python imitation the test above uses is librdkafka's arithmetic
+        assert landed == [librdkafka_consistent(t.key.encode(), everything, everything) for t in turns]
+        return {"confluent-kafka": _misplaced(settings, turns, landed)}
+
+    _reach_their_users_memory(broker, tmp_path, turns, send)
+
+
+def _turns() -> list[Turn]:
+    """Nine users whose turns each make a recurrence request (checked below), in tenant default,
+    which the gateway without API keys reads."""
+    return list(generate(users=9, days=20, seed=3, tenant="default"))
+
+
+def _misplaced(settings: Settings, turns: list[Turn], landed: list[int]) -> int:
+    """How many of ``turns`` landed off their key's partition (memstream's ``partition_for``)."""
+    n = settings.topic_partitions
+    return sum(p != partition_for(t.key.encode(), n) for t, p in zip(turns, landed, strict=True))
+
+
+def _reach_their_users_memory(
+    broker: AnyBroker, tmp_path: Path, turns: list[Turn], send: Callable[[Settings], dict[str, int]]
+) -> None:
+    """Start `memstream up` (two workers, four partitions), ``send`` the ``turns`` (it answers how
+    many each client misplaced), then a keyless and a mismatched turn; check every misplaced turn is
+    forwarded once (the rerouted count) and every user's memory is stored in its key's shard,
+    closed, consolidated and found through the gateway, and the two bad turns dead-lettered."""
     port = free_port()
     pipeline = make_pipeline(
         broker,
@@ -120,14 +190,7 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     )
     settings = pipeline.settings
     n = settings.topic_partitions
-    turns = list(generate(users=9, days=20, seed=3, tenant="default"))
     users = sorted({t.user_id for t in turns})
-    # A third of the users each from a librdkafka-like, a Sarama-like and our own producer.
-    clients: dict[str, Partitioner] = {"crc32": librdkafka_consistent, "fnv1a": sarama_hash}
-    by_client = {
-        name: [t for t in turns if users.index(t.user_id) % 3 == i] for i, name in enumerate(clients)
-    }
-    ours = [t for t in turns if users.index(t.user_id) % 3 == 2]
     nobody = turns[0].model_copy(update={"user_id": "keyless", "turn_id": "k"})
     someone = turns[0].model_copy(update={"user_id": "mismatched", "turn_id": "m"})
     asyncio.run(ensure_topics(settings))
@@ -135,16 +198,8 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: ready(url), 120, "the gateway to be ready")
-        landed = {
-            name: [m.partition for m in asyncio.run(produce(settings, by_client[name], p))]
-            for name, p in clients.items()
-        }
-        asyncio.run(replay(settings, [RawRecord(t.key, t.to_bytes()) for t in ours], progress=False))
+        off = send(settings)
         asyncio.run(_bad(settings, nobody, someone))
-        off = {
-            name: sum(p != partition_for(t.key.encode(), n) for t, p in zip(by_client[name], ps, strict=True))
-            for name, ps in landed.items()
-        }
         assert all(off.values()), f"each client must misplace some turns: {off}"
 
         def status() -> dict[str, Any] | None:
@@ -160,10 +215,7 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
         pipeline.stop()
 
     rerouted = final.get("memstream_turns_rerouted", {})
-    print(
-        f"\nrouting: {len(turns)} turns of {len(users)} users, misplaced {off} of "
-        f"{ {k: len(v) for k, v in by_client.items()} }; rerouted {rerouted}"
-    )
+    print(f"\nrouting: {len(turns)} turns of {len(users)} users, misplaced {off}; rerouted {rerouted}")
     assert sum(rerouted.values()) == sum(off.values())
 
     # Every unit stored once, in its key's shard; consolidation and the tree found them there.
@@ -191,6 +243,29 @@ def test_turns_from_any_partitioner_reach_their_users_memory(broker: Broker, tmp
         assert items and all(i.startswith(f"{user}-") for item in items for i in item["source_turn_ids"])
     reasons = [d.reason for d in map(DeadLetter.from_bytes, _values(settings, DEAD_LETTER.name))]
     assert sorted(reasons) == ["key_mismatch", "missing_key"]
+
+
+@pytest.mark.integration
+async def test_a_tracked_topic_stays_in_the_producers_metadata(broker: AnyBroker) -> None:
+    """A changelog the producer found in an all-topics metadata answer is still known after it
+    sends to a topic created later (the table write that failed for ever on Kafka, streams/app.py)."""
+    first, later = (
+        Settings(bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.") for _ in "ab"
+    )
+    await ensure_topics(first)
+    kept = first.topic(WINDOWS.name)
+    async with producer(first) as p:
+        for _ in range(50):  # tracks nothing yet: every topic, once the new ones have leaders
+            await p.client.force_metadata_update()
+            if p.client.cluster.partitions_for_topic(kept):
+                break
+            await asyncio.sleep(0.2)
+        assert p.client.cluster.partitions_for_topic(kept)
+        await track_topics(p, [kept])
+        await ensure_topics(later)
+        await p.send_and_wait(later.topic(TURNS.name), b"{}", key=b"default/u")  # unknown: now tracked
+        await p.client.force_metadata_update()
+        assert p.client.cluster.partitions_for_topic(kept)
 
 
 async def _bad(settings: Settings, keyless: Turn, mismatched: Turn) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +184,16 @@ async def _set_retention(
                         f"error {r['error_code']} {r['error_message']}"
                     )
     return [c.name for c in changes]
+
+
+async def track_topics(client: AIOKafkaProducer, topics: Iterable[str]) -> None:
+    """Keep ``topics`` in every metadata request ``client`` makes, and wait until it knows them.
+    Once an aiokafka client tracks any topic, its metadata requests name those alone, and the answer
+    replaces what it knew; ``partitions_for`` does not track a topic found in an earlier all-topics
+    answer, so that topic drops out at the next refresh (on Kafka and Tansu alike)."""
+    for topic in topics:
+        await client.client.add_topic(topic)
+        await client.partitions_for(topic)
 
 
 @asynccontextmanager
