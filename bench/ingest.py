@@ -43,8 +43,8 @@ from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
 from memstream.core.unit_views import views_spec, with_sentences
 from memstream.core.units import UNITS, render_text, unit_from_payload, units_spec
-from schemas.events import Turn
-from streams.ingest import Incoming, IngestProcessor
+from memstream.schemas.events import Turn
+from memstream.streams.ingest import Incoming, IngestProcessor
 
 
 def embedder_rate(settings: Settings, texts: list[str]) -> float:

@@ -29,18 +29,18 @@ from typing import Any
 
 import orjson
 
-from consumers import build_consolidation
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
+from memstream.consumers import build_consolidation
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.recall.config import DEFAULT
 from memstream.core.recall.engine import recall
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
-from streams.ingest import IngestProcessor
-from streams.offline import consolidate_all, ingest_all
+from memstream.streams.ingest import IngestProcessor
+from memstream.streams.offline import consolidate_all, ingest_all
 
 QUESTIONS = [
     "What did I say about {topic}?",

@@ -49,8 +49,8 @@ from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status
-from schemas.events import Turn
-from schemas.topics import TURNS
+from memstream.schemas.events import Turn
+from memstream.schemas.topics import TURNS
 
 READY = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[INFO\] \[\^-+Recovery\]: Worker ready"

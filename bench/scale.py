@@ -56,8 +56,8 @@ from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status
-from schemas.events import Message, Turn
-from schemas.topics import TURNS
+from memstream.schemas.events import Message, Turn
+from memstream.schemas.topics import TURNS
 
 TENANT = "scale"
 FIRST = 1_000

@@ -64,7 +64,7 @@ from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
-from schemas.topics import TURNS
+from memstream.schemas.topics import TURNS
 
 WARMUP_TURNS = 50
 TENANT = "soak"

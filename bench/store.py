@@ -35,7 +35,7 @@ from memstream.core.lexical import encode_document
 from memstream.core.store import CollectionSpec, Filter, Point, search
 from memstream.core.unit_views import view_points, views_spec
 from memstream.core.units import USER_FIELD, build_unit, unit_payload, units_spec
-from schemas.events import Message, Turn
+from memstream.schemas.events import Message, Turn
 
 
 def points_of(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from memstream.apps.datasets import RawRecord, read_records
 from memstream.apps.sample import generate
-from schemas.events import Turn
+from memstream.schemas.events import Turn
 
 Source = Literal["locomo", "sample"]
 

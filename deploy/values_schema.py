@@ -148,7 +148,7 @@ def values_schema() -> dict[str, Any]:
     settings_fields = Settings.model_fields
     protocol = list(_members(settings_fields["kafka_security_protocol"].annotation))
     mechanism = list(_members(settings_fields["kafka_sasl_mechanism"].annotation))
-    from schemas.topics import ALL_TOPICS
+    from memstream.schemas.topics import ALL_TOPICS
 
     topic_names = [spec.name for spec in ALL_TOPICS]
     return {

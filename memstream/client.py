@@ -1,6 +1,6 @@
 """Python client of the memstream gateway: ``MemoryClient`` and ``AsyncMemoryClient``.
 
-Typed by the gateway's own request and response models (``schemas.api``), so a client and the
+Typed by the gateway's own request and response models (``memstream.schemas.api``), so a client and the
 server it talks to cannot disagree on a field. Every error is a ``MemstreamError`` subclass that
 carries the server's reason; 429 and 503 are retried after the server's ``Retry-After``.
 
@@ -26,7 +26,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from schemas.api import (
+from memstream.schemas.api import (
     AnswerResponse,
     DeleteResult,
     MemoryDeleted,
@@ -36,8 +36,8 @@ from schemas.api import (
     TurnsAccepted,
     TurnStored,
 )
-from schemas.memory import Memory, MemoryUpdate
-from schemas.tools import ToolResult
+from memstream.schemas.memory import Memory, MemoryUpdate
+from memstream.schemas.tools import ToolResult
 
 M = TypeVar("M", bound=BaseModel)
 Message = Mapping[str, str]

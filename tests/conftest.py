@@ -24,8 +24,6 @@ import pytest
 from aiokafka import TopicPartition
 from hypothesis import settings as hypothesis_settings
 
-from consumers.extractive import sentences, substantive
-from consumers.writer import unit_source
 from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.kafka import group_offsets, wait_group_coordinator
 from memstream.adapters.kafka_server import KafkaServer, missing
@@ -33,11 +31,13 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import VectorStore, open_shards, scroll_all
 from memstream.adapters.store.shards import all_stores
 from memstream.apps.status import fetch_status, worker_ports
+from memstream.consumers.extractive import sentences, substantive
+from memstream.consumers.writer import unit_source
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
-from schemas.events import ConsolidationRequest, Unit, unit_id_for
-from schemas.memory import Memory
+from memstream.schemas.events import ConsolidationRequest, Unit, unit_id_for
+from memstream.schemas.memory import Memory
 
 # Property tests check what holds, not how fast: on a loaded 2-core machine one example can outlast
 # Hypothesis's default 200 ms deadline, which fails the test as flaky (seen once in test_rank).
@@ -311,9 +311,9 @@ def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
 def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
     """One store with the sample turns ingested and consolidated (extractive, hash embedder), for
     tests that only read it."""
-    from consumers import build_consolidation
     from memstream.adapters.embedders.hashing import HashingEmbedder
     from memstream.adapters.store.shards import EdgeShards
+    from memstream.consumers import build_consolidation
     from tests.test_consolidation import consolidate, ingest
 
     tmp = tmp_path_factory.mktemp("sample-memory")

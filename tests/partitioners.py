@@ -16,8 +16,8 @@ from aiokafka.structs import RecordMetadata
 
 from memstream.adapters.kafka import client_kwargs
 from memstream.adapters.settings import Settings
-from schemas.events import Turn
-from schemas.topics import TURNS
+from memstream.schemas.events import Turn
+from memstream.schemas.topics import TURNS
 
 Partitioner = Callable[[bytes | None, list[int], list[int]], int]
 

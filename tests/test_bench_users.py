@@ -9,7 +9,7 @@ from itertools import islice
 from bench.users import many_users, sessions, sessions_closed
 from memstream.apps.datasets import RawRecord
 from memstream.apps.sample import generate
-from schemas.events import Turn
+from memstream.schemas.events import Turn
 
 
 def test_copies_keep_each_users_turns_and_times_under_new_ids() -> None:

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memstream.core.chat import exchanges, turns_from_messages
-from schemas.api import ChatMessage, MessagesIn
-from schemas.events import Role
+from memstream.schemas.api import ChatMessage, MessagesIn
+from memstream.schemas.events import Role
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 messages = st.lists(

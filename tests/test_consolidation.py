@@ -17,26 +17,26 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from consumers import Consolidation, build_consolidation
-from consumers.extractive import sentences
-from consumers.indexer import Indexer
-from consumers.writer import Source
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
+from memstream.consumers import Consolidation, build_consolidation
+from memstream.consumers.extractive import sentences
+from memstream.consumers.indexer import Indexer
+from memstream.consumers.writer import Source
 from memstream.core.dates import MONTH_NAMES
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.store import Hit, VectorStore, scroll_all
 from memstream.core.tree import covers
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
+from memstream.schemas.events import ConsolidationRequest, Message, Turn
+from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
+from memstream.streams.ingest import IngestProcessor
+from memstream.streams.offline import Events, consolidate_all, ingest_all
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.events import ConsolidationRequest, Message, Turn
-from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
-from streams.ingest import IngestProcessor
-from streams.offline import Events, consolidate_all, ingest_all
 from tests.conftest import small_talk_requests
 
 TURNS = list(generate(users=2, days=40, seed=3))
@@ -306,7 +306,7 @@ def test_invalidate_and_delete_are_idempotent(setup: tuple[Settings, Consolidati
     store = shards.get(0)
     consolidate(consolidation, store, Events(events.requests[:1], []))
     some = next(m for m in memories(store).values() if m.kind == MemoryKind.EPISODE)
-    from schemas.memory import MemoryUpdate
+    from memstream.schemas.memory import MemoryUpdate
 
     delete = MemoryUpdate(
         op=MemoryOp.DELETE, memory_id=some.memory_id, tenant=some.tenant, user_id=some.user_id

@@ -16,16 +16,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from consumers.llm_writer import render as render_sources
-from consumers.writer import Scope, Source
+from memstream.consumers.llm_writer import render as render_sources
+from memstream.consumers.writer import Scope, Source
 from memstream.core.dates import render_span
 from memstream.core.plain_text import plain
 from memstream.core.recall import rank
 from memstream.core.recall.engine import unit_item
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.units import build_unit, unit_payload
-from schemas.events import NAMESPACE, Turn
-from schemas.memory import LEVEL, MemoryKind
+from memstream.schemas.events import NAMESPACE, Turn
+from memstream.schemas.memory import LEVEL, MemoryKind
 
 ZONE = ZoneInfo("Europe/Lisbon")
 DAY0 = datetime(2023, 5, 1, 9, tzinfo=UTC)

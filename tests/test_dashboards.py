@@ -34,9 +34,9 @@ from memstream.adapters.kafka import partition_for, producer
 from memstream.adapters.settings import Settings
 from memstream.apps.demo import SAMPLE
 from memstream.apps.status import fetch_status
+from memstream.schemas.topics import TURNS
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
-from schemas.topics import TURNS
 from tests.conftest import Pipeline, make_pipeline, ready, wait_for
 
 pytestmark = pytest.mark.integration

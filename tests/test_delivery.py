@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.delivery import InOrder, Verdict
+from memstream.streams.delivery import InOrder, Verdict
 
 TP = ("turns", 0)
 

@@ -42,9 +42,9 @@ from memstream.adapters import metrics
 from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import DYNAMIC_TOPIC_CONFIG, _set_retention, client_kwargs, security_kwargs
 from memstream.adapters.settings import Settings
-from schemas.topics import ALL_TOPICS, CONSOLIDATION, MEMORY_UPDATES, TURNS, WINDOWS
-from streams.faust_adapter import faust_credentials, faust_settings
-from streams.pages import Readiness
+from memstream.schemas.topics import ALL_TOPICS, CONSOLIDATION, MEMORY_UPDATES, TURNS, WINDOWS
+from memstream.streams.faust_adapter import faust_credentials, faust_settings
+from memstream.streams.pages import Readiness
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = CHART / "ci" / "minimal-values.yaml"

@@ -1,5 +1,5 @@
 """The idle timer's index (memstream/core/due.py, memstream.core.windows.idle_due) and the timer
-itself (streams.handlers.IdleWindows): a tick reads the users due, not every user stored."""
+itself (memstream.streams.handlers.IdleWindows): a tick reads the users due, not every user stored."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memstream.core.due import DueTimes
 from memstream.core.windows import UserWindows, advance, close_idle, idle_due
-from streams.handlers import BEHIND_RECHECK_S, IdleWindows
+from memstream.streams.handlers import BEHIND_RECHECK_S, IdleWindows
 from tests.test_windows import GAP, NOW, UTC, at, feed
 
 keys = st.sampled_from([b"a", b"b", b"c", b"d"])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memstream.core.export import export_lines, is_memory_line, turn_of
 from memstream.core.units import build_unit, content_hash
-from schemas.events import Message, Role, Turn
+from memstream.schemas.events import Message, Role, Turn
 
 ZONE = ZoneInfo("Europe/Lisbon")
 content = st.text(

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers import extractive as ex
-from consumers.extractive import (
+from memstream.apps.datasets import locomo_turns
+from memstream.consumers import extractive as ex
+from memstream.consumers.extractive import (
     ExtractiveWriter,
     anchor,
     centrality,
@@ -32,17 +33,25 @@ from consumers.extractive import (
     split_sentences,
     summary,
 )
-from consumers.extractive import digests as ex_digests
-from consumers.extractive.sentences import split_items
-from consumers.extractive.statements import read_statement, statement_list
-from consumers.extractive.summaries import retitled
-from consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Writer, Written, stamp, stamp_of
-from memstream.apps.datasets import locomo_turns
+from memstream.consumers.extractive import digests as ex_digests
+from memstream.consumers.extractive.sentences import split_items
+from memstream.consumers.extractive.statements import read_statement, statement_list
+from memstream.consumers.extractive.summaries import retitled
+from memstream.consumers.writer import (
+    EpisodeDraft,
+    FactDraft,
+    Scope,
+    Source,
+    Writer,
+    Written,
+    stamp,
+    stamp_of,
+)
 from memstream.core.dates import MONTH_NAMES, format_date, render_interval
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.units import build_unit
-from schemas.events import EventTime
-from schemas.memory import FactType, Memory, MemoryKind, Triple
+from memstream.schemas.events import EventTime
+from memstream.schemas.memory import FactType, Memory, MemoryKind, Triple
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 UTC_ZONE = ZoneInfo("UTC")

@@ -35,9 +35,9 @@ from memstream.apps.gateway.app import SEND_TIMEOUT_S
 from memstream.apps.replay import ReplayReport, replay
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
-from schemas.events import ConsolidationRequest, Turn
-from schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
-from schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
+from memstream.schemas.events import ConsolidationRequest, Turn
+from memstream.schemas.memory import MemoryKind, MemoryOp, MemoryUpdate
+from memstream.schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
 from tests.conftest import (
     Pipeline,
     committed,

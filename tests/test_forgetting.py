@@ -14,21 +14,21 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.indexer import Indexer
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
+from memstream.consumers.indexer import Indexer
 from memstream.core.embedder import Vectors
 from memstream.core.forgetting import Forgotten, erase_user, made_before, sent_before
 from memstream.core.memories import MEMORIES, memories_spec, upsert
 from memstream.core.store import CollectionSpec, Point, VectorStore
 from memstream.core.units import USER_FIELD
-from schemas.events import Deferred, Tombstone, WindowClosed
-from schemas.memory import MemoryUpdate
-from schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
-from streams.decisions import Decision, Done, Dropped, made_at
-from streams.handlers import Consolidating, Forgetting, Indexing, Received, Retries
-from streams.publish import Publisher
-from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
+from memstream.schemas.events import Deferred, Tombstone, WindowClosed
+from memstream.schemas.memory import MemoryUpdate
+from memstream.schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
+from memstream.streams.decisions import Decision, Done, Dropped, made_at
+from memstream.streams.handlers import Consolidating, Forgetting, Indexing, Received, Retries
+from memstream.streams.publish import Publisher
+from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from tests.test_own_writes import EMBEDDER, memory, stored
 
 GONE = Forgotten(deleted_at=100.0, handled_at=100.4)

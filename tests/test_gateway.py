@@ -47,11 +47,11 @@ from memstream.client import (
     NotFound,
     RateLimited,
 )
+from memstream.schemas.events import Tombstone, partition_key
+from memstream.schemas.tools import TOOLS
+from memstream.schemas.topics import TOMBSTONES
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
-from schemas.events import Tombstone, partition_key
-from schemas.tools import TOOLS
-from schemas.topics import TOMBSTONES
 from tests.conftest import Pipeline, make_pipeline, ready, terminate, wait_for
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import client_kwargs, ensure_topics
 from memstream.adapters.settings import Settings
 from memstream.apps.gateway.updates import UpdateHub
-from schemas.topics import MEMORY_UPDATES
+from memstream.schemas.topics import MEMORY_UPDATES
 
 pytestmark = pytest.mark.integration
 

@@ -23,13 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-import schemas.api
-import schemas.events
-import schemas.memory
-import schemas.tools
-from consumers import build_consolidation
-from consumers.llm_writer import LLMWriter
-from consumers.writer import EpisodeDraft, Scope, Source
+import memstream.schemas.api
+import memstream.schemas.events
+import memstream.schemas.memory
+import memstream.schemas.tools
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.llm import InvalidOutput, LLMClient
 from memstream.adapters.settings import Settings
@@ -37,6 +34,9 @@ from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway import auth
 from memstream.apps.gateway.app import create_app
 from memstream.apps.sample import generate
+from memstream.consumers import build_consolidation
+from memstream.consumers.llm_writer import LLMWriter
+from memstream.consumers.writer import EpisodeDraft, Scope, Source
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.prompts import (
     ALL_PROMPTS,
@@ -52,8 +52,7 @@ from memstream.core.store import VectorStore, scroll_all
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
 from memstream.core.validation import Rejection, validate
-from memstream.testing.openai_server import OpenAIServer
-from schemas.events import (
+from memstream.schemas.events import (
     MAX_CONTENT_CHARS,
     DeadLetter,
     DeadLetterStage,
@@ -62,12 +61,13 @@ from schemas.events import (
     Turn,
     unit_id_for,
 )
-from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
-from schemas.topics import ALL_TOPICS
-from streams.decisions import DeadLettered
-from streams.handlers import Received, read
-from streams.ingest import Incoming, IngestProcessor
-from streams.offline import consolidate_all, ingest_all
+from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
+from memstream.schemas.topics import ALL_TOPICS
+from memstream.streams.decisions import DeadLettered
+from memstream.streams.handlers import Received, read
+from memstream.streams.ingest import Incoming, IngestProcessor
+from memstream.streams.offline import consolidate_all, ingest_all
+from memstream.testing.openai_server import OpenAIServer
 from tests.test_llm import make_settings
 from tests.test_validation import LIMITS, NOW, good
 
@@ -78,7 +78,12 @@ FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(Healt
 
 def _models() -> list[type[BaseModel]]:
     found: dict[str, type[BaseModel]] = {}
-    for module in (schemas.events, schemas.memory, schemas.api, schemas.tools):
+    for module in (
+        memstream.schemas.events,
+        memstream.schemas.memory,
+        memstream.schemas.api,
+        memstream.schemas.tools,
+    ):
         for name, obj in vars(module).items():
             if (
                 inspect.isclass(obj)
@@ -272,7 +277,7 @@ MEMORY = st.builds(
 RECORDS = {
     "Turn": TURN,
     "ConsolidationRequest": st.builds(
-        schemas.events.ConsolidationRequest,
+        memstream.schemas.events.ConsolidationRequest,
         request_id=TEXT,
         tenant=TENANT,
         user_id=IDENT,
@@ -284,7 +289,7 @@ RECORDS = {
         fired_at=AWARE,
     ),
     "Deferred": st.builds(
-        schemas.events.Deferred,
+        memstream.schemas.events.Deferred,
         source_topic=TEXT,
         key=TEXT,
         value=st.binary(max_size=200),  # raw bytes, not UTF-8: base64 in JSON
@@ -304,7 +309,7 @@ RECORDS = {
         at=AWARE,
     ),
     "Tombstone": st.builds(
-        schemas.events.Tombstone,
+        memstream.schemas.events.Tombstone,
         tenant=TENANT,
         user_id=IDENT,
         deleted_at=AWARE,
@@ -317,7 +322,10 @@ RECORDS = {
         )
     ),
     "SemanticRetrieve": st.builds(
-        schemas.tools.SemanticRetrieve, query=CONTENT, start=st.none() | AWARE, limit=st.integers(1, 100)
+        memstream.schemas.tools.SemanticRetrieve,
+        query=CONTENT,
+        start=st.none() | AWARE,
+        limit=st.integers(1, 100),
     ),
 }
 
@@ -335,7 +343,7 @@ def test_valid_records_round_trip_through_bytes(name: str, data: st.DataObject) 
 
 def test_round_trip_strategies_cover_every_topic_model() -> None:
     assert {m.__name__ for m in TOPIC_MODELS} - set(RECORDS) == {"WindowClosed"}  # below
-    w = schemas.events.WindowClosed(
+    w = memstream.schemas.events.WindowClosed(
         window_id="w",
         tenant="acme",
         user_id="u\u202e",
@@ -348,7 +356,7 @@ def test_round_trip_strategies_cover_every_topic_model() -> None:
         events=10**9,
         reason="idle",
     )
-    assert schemas.events.WindowClosed.from_bytes(w.to_bytes()) == w
+    assert memstream.schemas.events.WindowClosed.from_bytes(w.to_bytes()) == w
 
 
 # --- 2. the turns topic's validation on hostile bytes --------------------------------------------
@@ -483,18 +491,26 @@ def test_validate_never_raises_on_any_timezone_name(timezone_name: str) -> None:
 SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
 # Request models with where a string goes in each: every text the gateway parses with Python's json.
 REQUEST_TEXT: dict[str, Any] = {
-    "recall query": lambda t: schemas.api.RecallRequest.model_validate({"user_id": "u", "query": t}),
-    "recall user_id": lambda t: schemas.api.RecallRequest.model_validate({"user_id": t, "query": "q"}),
-    "tool argument": lambda t: schemas.api.ToolCall.model_validate(
+    "recall query": lambda t: memstream.schemas.api.RecallRequest.model_validate(
+        {"user_id": "u", "query": t}
+    ),
+    "recall user_id": lambda t: memstream.schemas.api.RecallRequest.model_validate(
+        {"user_id": t, "query": "q"}
+    ),
+    "tool argument": lambda t: memstream.schemas.api.ToolCall.model_validate(
         {"user_id": "u", "arguments": {"filters": [{"subject": t}]}}
     ),
-    "tool argument name": lambda t: schemas.api.ToolCall.model_validate(
+    "tool argument name": lambda t: memstream.schemas.api.ToolCall.model_validate(
         {"user_id": "u", "arguments": {t: 1}}
     ),
-    "content": lambda t: schemas.api.TurnIn.model_validate(good(messages=[{"speaker": "a", "content": t}])),
-    "timezone": lambda t: schemas.api.TurnIn.model_validate(good(timezone=t)),
-    "metadata value": lambda t: schemas.api.TurnIn.model_validate(good(metadata={"k": t})),
-    "metadata key": lambda t: schemas.api.TurnBatch.model_validate({"turns": [good(metadata={t: 1})]}),
+    "content": lambda t: memstream.schemas.api.TurnIn.model_validate(
+        good(messages=[{"speaker": "a", "content": t}])
+    ),
+    "timezone": lambda t: memstream.schemas.api.TurnIn.model_validate(good(timezone=t)),
+    "metadata value": lambda t: memstream.schemas.api.TurnIn.model_validate(good(metadata={"k": t})),
+    "metadata key": lambda t: memstream.schemas.api.TurnBatch.model_validate(
+        {"turns": [good(metadata={t: 1})]}
+    ),
 }
 
 

@@ -17,8 +17,8 @@ from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
 from memstream.core.unit_views import views_spec
 from memstream.core.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
-from schemas.events import ConsolidationRequest
-from streams.ingest import BatchResult, Incoming, IngestProcessor
+from memstream.schemas.events import ConsolidationRequest
+from memstream.streams.ingest import BatchResult, Incoming, IngestProcessor
 
 # A tenant whose three users' keys fall on three different partitions of 3 (see the spread test).
 TURNS = list(generate(users=3, days=30, seed=5, tenant="demo"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from memstream.integrations.langchain import chat_messages, documents
-from schemas.api import RecallItem, RecallResponse
+from memstream.schemas.api import RecallItem, RecallResponse
 
 
 def test_only_what_the_user_and_the_assistant_said_goes_in() -> None:

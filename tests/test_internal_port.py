@@ -1,7 +1,7 @@
 """A worker's data routes are internal: on their own port, behind the gateways' token, confined to one
 user (streams/internal.py, ``memstream.adapters.store.remote.confinement``); its status port serves only
-``streams.pages.PUBLIC_PAGES``. The last test replays issue 26's probe against a running ``memstream up``
-and walks every route of every port, taken from the apps' own route tables."""
+``memstream.streams.pages.PUBLIC_PAGES``. The last test replays issue 26's probe against a running
+``memstream up`` and walks every route of every port, taken from the apps' own route tables."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from memstream.adapters.store.edge import EdgeStore
 from memstream.adapters.store.remote import RemoteStore, confinement, serve
 from memstream.apps.gateway.app import create_app
 from memstream.core.store import CollectionSpec, Filter, Point, StoreUnavailable, VectorStore
-from streams.faust_adapter import faust_settings
-from streams.internal import Answer, authorized, internal_app, store_answer
-from streams.pages import PUBLIC_PAGES, Readiness, add_pages
+from memstream.streams.faust_adapter import faust_settings
+from memstream.streams.internal import Answer, authorized, internal_app, store_answer
+from memstream.streams.pages import PUBLIC_PAGES, Readiness, add_pages
 from tests.conftest import make_pipeline, ready, wait_for
 
 TOKEN = "internal-token-0123456789"

@@ -33,7 +33,7 @@ from memstream.adapters.kafka import unconsumed
 from memstream.adapters.kafka_server import KafkaServer, is_kafka, missing
 from memstream.adapters.processes import running
 from memstream.apps.status import settled
-from schemas.events import DEFAULT_TENANT, unit_id_for
+from memstream.schemas.events import DEFAULT_TENANT, unit_id_for
 from tests import test_stop
 from tests.conftest import stored, wait_for
 from tests.test_stop import Up, descendants, turn

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from memstream.adapters import metrics
-from streams.key_ordered import KeyOrdered
+from memstream.streams.key_ordered import KeyOrdered
 
 
 @dataclass

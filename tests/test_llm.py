@@ -19,8 +19,6 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from pydantic import BaseModel
 
-from consumers.llm_writer import LLMWriter
-from consumers.writer import Scope, Source
 from memstream.adapters import metrics
 from memstream.adapters.llm import (
     BudgetExhausted,
@@ -36,15 +34,17 @@ from memstream.adapters.llm import (
 )
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
+from memstream.consumers.llm_writer import LLMWriter
+from memstream.consumers.writer import Scope, Source
 from memstream.core.store import VectorStore
+from memstream.schemas.events import DeadLetterStage
+from memstream.schemas.memory import MemoryKind
+from memstream.schemas.topics import CONSOLIDATION, MEMORY_UPDATES
+from memstream.streams.decisions import DeadLettered
+from memstream.streams.handlers import Consolidating, Received
+from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, Failure, OpenAIServer
-from schemas.events import DeadLetterStage
-from schemas.memory import MemoryKind
-from schemas.topics import CONSOLIDATION, MEMORY_UPDATES
-from streams.decisions import DeadLettered
-from streams.handlers import Consolidating, Received
-from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 MESSAGES = [
     {"role": "system", "content": "Extract the facts as JSON."},

@@ -42,7 +42,6 @@ import pytest
 from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
-from consumers import build_consolidation
 from memstream.adapters.broker import Broker
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import consumed, read_records, settled
@@ -53,16 +52,17 @@ from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
+from memstream.consumers import build_consolidation
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
+from memstream.schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
+from memstream.schemas.memory import Memory, MemoryKind
+from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
+from memstream.streams.ingest import IngestProcessor
+from memstream.streams.offline import ingest_all
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
-from schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
-from schemas.memory import Memory, MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
-from streams.ingest import IngestProcessor
-from streams.offline import ingest_all
 from tests.conftest import Pipeline, committed, make_pipeline, small_talk_requests, stored, wait_for
 
 pytestmark = pytest.mark.integration

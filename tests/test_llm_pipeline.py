@@ -21,11 +21,11 @@ from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.apps.status import IN_FLIGHT, QUEUED, settled
+from memstream.schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
+from memstream.schemas.memory import Memory, MemoryKind
+from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import Failure, OpenAIServer
-from schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
-from schemas.memory import Memory, MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED
 from tests.conftest import Pipeline, make_pipeline, small_talk_requests, stored, wait_for
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
-"""Observations (consumers.extractive.observations): a session's informative sentences, third person, dated,
-each with its turn; pure functions on plain data."""
+"""Observations (memstream.consumers.extractive.observations): a session's informative sentences, third
+person, dated, each with its turn; pure functions on plain data."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.extractive.observations import (
+from memstream.consumers.extractive.observations import (
     ObservationDraft,
     observations,
     third_person,
     third_person_text,
 )
-from consumers.tree import observation_memories
-from consumers.writer import Scope, Source
+from memstream.consumers.tree import observation_memories
+from memstream.consumers.writer import Scope, Source
 from memstream.core.recall.rank import tokens
-from schemas.events import CloseReason, WindowClosed, WindowLevel
-from schemas.memory import MemoryKind
+from memstream.schemas.events import CloseReason, WindowClosed, WindowLevel
+from memstream.schemas.memory import MemoryKind
 
 SCOPE = Scope("t", "u", ZoneInfo("UTC"))
 T0 = datetime(2022, 6, 3, 14, 0, tzinfo=UTC)
@@ -168,7 +168,7 @@ def test_every_observation_is_third_person_and_dated_by_its_turn(said: list[str]
         assert not any(w in o.text.split() for w in ("I", "my", "me", "we", "our", "you", "your"))
 
 
-# --- merging into memories (consumers.tree.observation_memories) ----------------------------------------
+# --- merging into memories (memstream.consumers.tree.observation_memories) ----------------------------------
 
 
 def closed(day: int) -> WindowClosed:

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.indexer import Indexer
 from memstream.adapters import metrics
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.store.shards import EdgeShards
+from memstream.consumers.indexer import Indexer
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload, memory_payload, upsert
 from memstream.core.store import VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
-from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
-from streams.read_your_writes import Interrupted, OwnWrites, reflects
+from memstream.schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate, Triple
+from memstream.streams.read_your_writes import Interrupted, OwnWrites, reflects
 
 EMBEDDER = HashingEmbedder(64)
 

@@ -24,9 +24,16 @@ from memstream.apps.datasets import RawRecord, read_records
 from memstream.apps.replay import replay
 from memstream.apps.sample import generate
 from memstream.core.tree import covers
-from schemas.events import MAX_CONTENT_CHARS, ConsolidationRequest, DeadLetter, Turn, Unit, WindowClosed
-from schemas.memory import Memory, MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
+from memstream.schemas.events import (
+    MAX_CONTENT_CHARS,
+    ConsolidationRequest,
+    DeadLetter,
+    Turn,
+    Unit,
+    WindowClosed,
+)
+from memstream.schemas.memory import Memory, MemoryKind
+from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, WINDOWS
 from tests.conftest import (
     LOCOMO,
     Pipeline,

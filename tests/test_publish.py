@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 from memstream.adapters import metrics
 from memstream.core.memories import upsert
-from schemas.events import Deferred
-from schemas.topics import DEFERRED, MEMORY_UPDATES
-from streams.decisions import Deferral, Done, Dropped, Send, made_at
-from streams.publish import Publisher
-from streams.read_your_writes import OwnWrites
+from memstream.schemas.events import Deferred
+from memstream.schemas.topics import DEFERRED, MEMORY_UPDATES
+from memstream.streams.decisions import Deferral, Done, Dropped, Send, made_at
+from memstream.streams.publish import Publisher
+from memstream.streams.read_your_writes import OwnWrites
 from tests.test_own_writes import memory
 
 Headers = list[tuple[str, bytes]]

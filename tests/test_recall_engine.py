@@ -27,8 +27,8 @@ from memstream.core.recall.time_intent import contains, distance
 from memstream.core.store import Hit, SearchQuery, VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
-from schemas.events import Message, Turn
-from streams.ingest import Incoming, IngestProcessor
+from memstream.schemas.events import Message, Turn
+from memstream.streams.ingest import Incoming, IngestProcessor
 from tests.test_consolidation import TURNS
 
 

@@ -18,8 +18,8 @@ from memstream.core.recall.tools import run_tool
 from memstream.core.recall.wire import Ask, answer, recalled_from_wire, recalled_to_wire
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
-from schemas.events import Message, Turn
-from streams.ingest import Incoming, IngestProcessor
+from memstream.schemas.events import Message, Turn
+from memstream.streams.ingest import Incoming, IngestProcessor
 
 MONDAY = datetime(2023, 5, 8, 18, 30, tzinfo=UTC)
 SAID = {

@@ -34,8 +34,8 @@ from memstream.core.recall.wire import (
     recalled_to_wire,
 )
 from memstream.core.store import VectorStore
-from streams.pages import Recalls
-from streams.read_leases import ReadLeases
+from memstream.streams.pages import Recalls
+from memstream.streams.read_leases import ReadLeases
 from tests.test_consolidation import TURNS
 
 EMBEDDER = HashingEmbedder(384)
@@ -244,7 +244,7 @@ def test_zone_and_now_reach_the_worker(sample_memory: VectorStore, worker: _Work
 def test_the_worker_page_sheds_past_its_limit_and_refuses_what_it_cannot_serve(
     sample_memory: VectorStore,
 ) -> None:
-    """``POST /recall/{partition}`` on a worker (streams.pages.Recalls): a recall past the worker's
+    """``POST /recall/{partition}`` on a worker (memstream.streams.pages.Recalls): a recall past the worker's
     limit is shed with 503 at once, not queued behind the others; the lease is returned whatever
     the outcome, so a rebalance never waits for a recall that ended."""
     leases = ReadLeases(limit=1)

@@ -42,8 +42,8 @@ from memstream.adapters.kafka import partition_for, settled
 from memstream.adapters.settings import Settings
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
-from schemas.events import Turn
-from schemas.memory import Memory, MemoryKind
+from memstream.schemas.events import Turn
+from memstream.schemas.memory import Memory, MemoryKind
 from tests.conftest import Pipeline, consolidated_units, make_pipeline, ready, stored, terminate, wait_for
 from tests.partitioners import librdkafka_consistent, produce
 from tests.test_faults import children

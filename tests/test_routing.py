@@ -1,7 +1,7 @@
 """A user's turns reach that user's memory whatever partitioner their producer used.
 
 Unit level: the partitioners' arithmetic against known vectors, aiokafka's default against
-``partition_for``, ``streams.routing.misplaced``, and the key checks. Integration: turns produced
+``partition_for``, ``memstream.streams.routing.misplaced``, and the key checks. Integration: turns produced
 with librdkafka's and Sarama's default partitioners (as platforms' own services would; on Apache
 Kafka also by confluent-kafka's own Producer) to a real `memstream up` with two workers and four
 partitions; every misplaced turn is forwarded once to its key's partition, and every user's memory
@@ -45,12 +45,12 @@ from memstream.apps.sample import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
-from schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
-from schemas.memory import MemoryKind
-from schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
-from streams.faust_adapter import faust_settings
-from streams.ingest import Incoming, IngestProcessor
-from streams.routing import misplaced
+from memstream.schemas.events import ConsolidationRequest, DeadLetter, Turn, WindowClosed
+from memstream.schemas.memory import MemoryKind
+from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
+from memstream.streams.faust_adapter import faust_settings
+from memstream.streams.ingest import Incoming, IngestProcessor
+from memstream.streams.routing import misplaced
 from tests.conftest import AnyBroker, consolidated_units, make_pipeline, ready, small_talk_units, wait_for
 from tests.partitioners import (
     Partitioner,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
-from consumers.extractive import Claim, classify, split_sentences
 from memstream.adapters.settings import Settings
 from memstream.apps.sample import CHITCHAT, FOLLOW_UPS, generate, when
+from memstream.consumers.extractive import Claim, classify, split_sentences
 from memstream.core.semantic_time import extract_event_times
-from schemas.events import Turn
-from schemas.memory import FactType
+from memstream.schemas.events import Turn
+from memstream.schemas.memory import FactType
 
 
 def test_every_time_expression_resolves_to_the_day_it_names() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memstream.core import semantic_time
 from memstream.core.semantic_time import extract_event_times
-from schemas.events import EventTime, Granularity
+from memstream.schemas.events import EventTime, Granularity
 
 NY = ZoneInfo("America/New_York")
 TOKYO = ZoneInfo("Asia/Tokyo")

@@ -35,7 +35,7 @@ from memstream.adapters.processes import running
 from memstream.adapters.settings import Settings
 from memstream.apps.sample import generate
 from memstream.apps.status import fetch_status
-from schemas.events import DEFAULT_TENANT, unit_id_for
+from memstream.schemas.events import DEFAULT_TENANT, unit_id_for
 from tests.conftest import ready, stored, terminate, wait_for
 from tests.test_faults import children
 

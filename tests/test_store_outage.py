@@ -24,7 +24,7 @@ from memstream.apps.sample import generate
 from memstream.core.store import StoreUnavailable, VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
-from streams.ingest import Incoming, IngestProcessor
+from memstream.streams.ingest import Incoming, IngestProcessor
 
 TURNS = list(generate(users=3, days=45, seed=9))  # 197 store calls: every injected fault happens
 RECORDS = [Incoming(t.to_bytes(), t.key, "turns", 0, i) for i, t in enumerate(TURNS)]

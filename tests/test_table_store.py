@@ -18,8 +18,13 @@ from faust.types import TP
 
 from memstream.adapters.kafka import partition_for
 from memstream.adapters.settings import Settings
-from streams.faust_adapter import faust_settings
-from streams.table_store import ChangelogRecovery, UserStore, claim_worker_dir, use_changelog_recovery
+from memstream.streams.faust_adapter import faust_settings
+from memstream.streams.table_store import (
+    ChangelogRecovery,
+    UserStore,
+    claim_worker_dir,
+    use_changelog_recovery,
+)
 
 
 def test_the_faust_settings_carry_the_store_its_directory_and_the_standby_replicas(tmp_path: Path) -> None:
@@ -91,7 +96,7 @@ def test_a_partition_ahead_of_its_changelog_is_emptied_rather_than_fatal(tmp_pat
     its start instead of faust raising ConsistencyError at every start. The app uses this recovery."""
     settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=2)
     app = faust.App("table-store-test", **faust_settings(settings))
-    use_changelog_recovery(app)  # as streams.app.build_app does
+    use_changelog_recovery(app)  # as memstream.streams.app.build_app does
     assert isinstance(app.tables.recovery, ChangelogRecovery)
     table = app.Table("window-state", default=None, partitions=2, key_type=bytes, use_partitioner=True)
     store = table.data
@@ -124,7 +129,7 @@ def test_a_partition_ahead_of_its_changelog_is_emptied_rather_than_fatal(tmp_pat
 HOLD = """
 import sys, time
 from pathlib import Path
-from streams.table_store import claim_worker_dir
+from memstream.streams.table_store import claim_worker_dir
 claimed = claim_worker_dir(Path(sys.argv[1]), int(sys.argv[2]))
 print(claimed.index, flush=True)
 time.sleep(600)

@@ -15,8 +15,8 @@ from memstream.adapters import metrics
 from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import client_kwargs, ensure_topics, producer
 from memstream.adapters.settings import Settings
-from schemas.topics import MEMORY_UPDATES
-from streams.read_your_writes import Interrupted, Takeover
+from memstream.schemas.topics import MEMORY_UPDATES
+from memstream.streams.read_your_writes import Interrupted, Takeover
 from tests.conftest import make_pipeline
 
 pytestmark = pytest.mark.integration

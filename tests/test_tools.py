@@ -31,9 +31,9 @@ from memstream.core.recall.tools import (
 from memstream.core.store import Point, VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import unit_payload, units_spec
-from schemas.events import Unit, unit_id_for
-from schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
-from schemas.tools import TOOLS, OrderBy, TimeOp, ToolKind, ToolResult, openai_tools
+from memstream.schemas.events import Unit, unit_id_for
+from memstream.schemas.memory import LEVEL, FactType, Memory, MemoryKind, Triple, memory_id
+from memstream.schemas.tools import TOOLS, OrderBy, TimeOp, ToolKind, ToolResult, openai_tools
 from tests.test_consolidation import TURNS
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)

@@ -40,12 +40,12 @@ from memstream.core.tree import (
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from memstream.core.windows import advance, close_idle
-from schemas.events import Deferred, WindowClosed
-from schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
-from schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec
-from streams.decisions import Decision, Deferral, Done
-from streams.handlers import DURATIVE, Consolidating, Received, Retries, Summaries
-from streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
+from memstream.schemas.events import Deferred, WindowClosed
+from memstream.schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
+from memstream.schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec
+from memstream.streams.decisions import Decision, Deferral, Done
+from memstream.streams.handlers import DURATIVE, Consolidating, Received, Retries, Summaries
+from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 ZONE = ZoneInfo("Europe/Lisbon")
 T0 = datetime(2024, 1, 29, 9, 0, tzinfo=UTC)

@@ -37,8 +37,8 @@ from memstream.core.unit_views import (
     views_spec,
 )
 from memstream.core.units import UNITS, USER_FIELD, units_spec
-from schemas.events import Turn
-from streams.ingest import Incoming, IngestProcessor
+from memstream.schemas.events import Turn
+from memstream.streams.ingest import Incoming, IngestProcessor
 from tests.test_recall_engine import _store_of
 
 EMBEDDER = HashingEmbedder(384)

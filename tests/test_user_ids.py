@@ -21,7 +21,7 @@ from memstream.apps.cli import main
 from memstream.apps.gateway.app import create_app
 from memstream.apps.gateway.forget import split_key, unaddressable
 from memstream.core.validation import Rejection, limits_from, validate
-from schemas.api import RecallRequest
+from memstream.schemas.api import RecallRequest
 
 APP = create_app(Settings())
 USER_ROUTES = {

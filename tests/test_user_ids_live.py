@@ -23,8 +23,8 @@ from memstream.adapters.store.shards import open_shards
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Point
 from memstream.core.units import UNITS, build_unit, unit_payload, units_spec
-from schemas.events import DeadLetter, Message, Tombstone, Turn
-from schemas.topics import DEAD_LETTER, TOMBSTONES
+from memstream.schemas.events import DeadLetter, Message, Tombstone, Turn
+from memstream.schemas.topics import DEAD_LETTER, TOMBSTONES
 from tests.conftest import Pipeline, make_pipeline, ready, wait_for
 from tests.test_context_forgery import parse
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from memstream.core.validation import Rejection, limits_from, validate
-from schemas.events import MAX_CONTENT_CHARS, DeadLetterStage, Turn
+from memstream.schemas.events import MAX_CONTENT_CHARS, DeadLetterStage, Turn
 
 LIMITS = limits_from(262_144, "1970-01-01T00:00:00Z", 86_400, ZoneInfo("UTC"))
 NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstream.core.windows import UserWindows, advance, calendar_bounds, close_idle
-from schemas.events import CloseReason, WindowLevel
+from memstream.schemas.events import CloseReason, WindowLevel
 
 UTC = ZoneInfo("UTC")
 NY = ZoneInfo("America/New_York")

@@ -24,7 +24,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 
 from memstream.adapters.settings import Settings
-from schemas.topics import ALL_TOPICS, CONSOLIDATION, DEFERRED, MEMORY_UPDATES, WINDOWS
+from memstream.schemas.topics import ALL_TOPICS, CONSOLIDATION, DEFERRED, MEMORY_UPDATES, WINDOWS
 
 log = logging.getLogger(__name__)
 DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source of a value set on the topic itself
@@ -66,7 +66,7 @@ def client_kwargs(settings: Settings) -> dict[str, Any]:
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition a user's records belong on: murmur2 of the ``tenant/user_id`` key, as Java's
     and aiokafka's default partitioners place keyed records. Turns that arrive elsewhere are
-    forwarded here (``streams.routing``), and the user's store shard is this partition's."""
+    forwarded here (``memstream.streams.routing``), and the user's store shard is this partition's."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 

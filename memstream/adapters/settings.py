@@ -339,7 +339,7 @@ class Settings(BaseSettings):
     @field_validator("topic_retention_ms")
     @classmethod
     def _known_topics(cls, v: dict[str, int]) -> dict[str, int]:
-        from schemas.topics import ALL_TOPICS
+        from memstream.schemas.topics import ALL_TOPICS
 
         names = {spec.name for spec in ALL_TOPICS}
         unknown = sorted(set(v) - names)

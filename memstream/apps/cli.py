@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from memstream.adapters.settings import Settings, setting_errors, unknown_variables
 from memstream.apps.status import fetch_status, render_status
-from schemas.events import DEFAULT_TENANT
+from memstream.schemas.events import DEFAULT_TENANT
 
 EPILOG = "Settings come from MEMSTREAM_* environment variables; `memstream config` lists them."
 
@@ -629,7 +629,7 @@ def _cmd_topics_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:
-    from schemas.export import JSON_DIR, stale, write_all
+    from memstream.schemas.export import JSON_DIR, stale, write_all
 
     directory = args.dir or JSON_DIR
     if args.check:

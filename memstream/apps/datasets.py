@@ -20,7 +20,7 @@ from typing import Any, Literal
 import orjson
 
 from memstream.core.export import is_memory_line
-from schemas.events import DEFAULT_TENANT, Message, Role, Turn, partition_key
+from memstream.schemas.events import DEFAULT_TENANT, Message, Role, Turn, partition_key
 
 Format = Literal["jsonl", "locomo"]
 

@@ -29,7 +29,7 @@ from memstream.adapters.settings import Settings
 from memstream.apps.datasets import read_records
 from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status, render_status, settled
-from schemas.events import Turn
+from memstream.schemas.events import Turn
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"
 DEMO_KEY = "demo-key-not-for-production"

@@ -29,7 +29,7 @@ import orjson
 from memstream.adapters.kafka import settled, unconsumed
 from memstream.adapters.settings import Settings
 from memstream.apps.gateway.drain import DRAIN_SIGNAL
-from schemas.topics import TURNS
+from memstream.schemas.topics import TURNS
 
 log = logging.getLogger("memstream")
 POLL_S = 0.5

@@ -62,7 +62,7 @@ from memstream.apps.replay import replay
 from memstream.apps.status import fetch_status, settled
 from memstream.core.recall.rank import tokens
 from memstream.core.units import render_text
-from schemas.events import DEFAULT_TENANT
+from memstream.schemas.events import DEFAULT_TENANT
 
 # The memories that count as level-1 memory: what consolidation distils from turns. "observation" is
 # listed ahead of the kind (issue 27): it counts as soon as the pipeline writes it.

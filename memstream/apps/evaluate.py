@@ -47,7 +47,6 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from consumers import build_consolidation
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
@@ -55,6 +54,7 @@ from memstream.apps import baselines
 from memstream.apps.baselines import RawTurn
 from memstream.apps.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.apps.scoring import answer_recall, id_recall, text_recall
+from memstream.consumers import build_consolidation
 from memstream.core.embedder import Embedder
 from memstream.core.memories import memories_spec
 from memstream.core.recall.config import FLAT_HYBRID
@@ -62,9 +62,9 @@ from memstream.core.recall.engine import recall
 from memstream.core.recall.rank import tokens
 from memstream.core.unit_views import views_spec
 from memstream.core.units import render_text, units_spec
-from schemas.events import DEFAULT_TENANT, partition_key
-from streams.ingest import IngestProcessor
-from streams.offline import consolidate_all, ingest_all
+from memstream.schemas.events import DEFAULT_TENANT, partition_key
+from memstream.streams.ingest import IngestProcessor
+from memstream.streams.offline import consolidate_all, ingest_all
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 MEMSTREAM = "memstream"

@@ -15,8 +15,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from memstream.client import AsyncMemoryClient, MemstreamError
-from schemas.api import ChatMessage
-from schemas.tools import FindEntityContexts, FindMemoryContexts, LexicalRetrieve, SemanticRetrieve
+from memstream.schemas.api import ChatMessage
+from memstream.schemas.tools import FindEntityContexts, FindMemoryContexts, LexicalRetrieve, SemanticRetrieve
 
 Transport = Literal["stdio", "streamable-http"]
 INSTRUCTIONS = (

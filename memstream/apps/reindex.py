@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumers.indexer import Indexer
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import partition_for, read_topic
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import Filter, all_stores, open_shards
+from memstream.consumers.indexer import Indexer
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
-from schemas.memory import MemoryUpdate
-from schemas.topics import MEMORY_UPDATES
+from memstream.schemas.memory import MemoryUpdate
+from memstream.schemas.topics import MEMORY_UPDATES
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from memstream.adapters.kafka import ensure_topics, producer, wait_processed
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
-from schemas.topics import TURNS
+from memstream.schemas.topics import TURNS
 
 
 @dataclass

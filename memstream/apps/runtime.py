@@ -30,7 +30,6 @@ from types import FrameType
 
 from faust import Worker
 
-from consumers import build_consolidation
 from memstream.adapters.embedded_broker import broker_kind, describe, embedded_broker
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import ensure_topics, wait_group_coordinator
@@ -39,12 +38,13 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards
 from memstream.apps.drain import drain
 from memstream.apps.status import worker_ports
+from memstream.consumers import build_consolidation
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
-from streams.app import build_app
-from streams.ingest import IngestProcessor
-from streams.table_store import claim_worker_dir
+from memstream.streams.app import build_app
+from memstream.streams.ingest import IngestProcessor
+from memstream.streams.table_store import claim_worker_dir
 
 log = logging.getLogger("memstream")
 EMBEDDED_KAFKA_SESSION_S = 10.0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import partial
 
-from schemas.events import DEFAULT_TENANT, Message, Role, Turn
+from memstream.schemas.events import DEFAULT_TENANT, Message, Role, Turn
 
 NAMES = ["Maya", "Tomas", "Priya", "Jonas", "Ines", "Kofi", "Lena", "Ravi", "Sofia", "Daniel", "Aiko"]
 # city -> a place near home there
@@ -282,7 +282,7 @@ DOG = Hobby(
     {},
 )
 # Said in any session: small talk that holds on any day, each at most once a day. All of it is short
-# enough for the extractive writer to set aside as small talk (consumers.extractive.is_trivial), so
+# enough for the extractive writer to set aside as small talk (memstream.consumers.extractive.is_trivial), so
 # repeated small talk does not become an episode or a fact.
 CHITCHAT = [
     ("Grey day here.", "A grey day is a good day for a slow evening."),

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 
 import orjson
 
-from schemas.api import ChatMessage, MessagesIn
-from schemas.events import Role, Turn
+from memstream.schemas.api import ChatMessage, MessagesIn
+from memstream.schemas.events import Role, Turn
 
 # Messages of one request are a few milliseconds apart in dialogue time, so they keep their order
 # in every window and view that sorts by time.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from schemas.events import EventTime, Granularity
+from memstream.schemas.events import EventTime, Granularity
 
 __all__ = [
     "MONTH_NAMES",

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 
 import orjson
 
-from schemas.events import Message, Role, Turn, Unit
-from schemas.memory import Memory
+from memstream.schemas.events import Message, Role, Turn, Unit
+from memstream.schemas.memory import Memory
 
 MEMORY_LINE = "memory"
 

@@ -15,7 +15,7 @@ from typing import Any
 from memstream.core.embedder import Vectors
 from memstream.core.store import CollectionSpec, Filter, Range, SearchQuery, VectorStore
 from memstream.core.units import TENANT_FIELD, USER_FIELD
-from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
+from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 
 MEMORIES = "memories"
 KIND_FIELD = "kind"

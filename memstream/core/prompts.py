@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
-from schemas.memory import FactType
+from memstream.schemas.memory import FactType
 
 R = TypeVar("R", bound=BaseModel)
 

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schemas.events import NAMESPACE
+from memstream.schemas.events import NAMESPACE
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import Any
 
-from schemas.events import EventTime, Granularity
+from memstream.schemas.events import EventTime, Granularity
 
 __all__ = ["extract_event_times"]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from schemas.events import WindowClosed, WindowLevel
-from schemas.memory import Memory, MemoryKind, memory_id
+from memstream.schemas.events import WindowClosed, WindowLevel
+from memstream.schemas.memory import Memory, MemoryKind, memory_id
 
 HISTORY = 3  # TiMem's w: same-level nodes shown to the writer for continuity
 

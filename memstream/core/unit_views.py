@@ -25,7 +25,7 @@ import numpy.typing as npt
 from memstream.core.sentences import bracketed, split_sentences
 from memstream.core.store import CollectionSpec, Point
 from memstream.core.units import TENANT_FIELD, USER_FIELD
-from schemas.events import Unit
+from memstream.schemas.events import Unit
 
 UNIT_VIEWS = "unit_views"
 VIEW_FIELD = "view"  # SENTENCE or CONTEXT

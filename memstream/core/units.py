@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from memstream.core.store import CollectionSpec
-from schemas.events import EventTime, Message, Turn, Unit, unit_id_for
+from memstream.schemas.events import EventTime, Message, Turn, Unit, unit_id_for
 
 UNITS = "units"
 # Payload fields the store indexes (see units_spec).

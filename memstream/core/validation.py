@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
-from schemas.events import DeadLetterStage, Turn
+from memstream.schemas.events import DeadLetterStage, Turn
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ _REASONS = {
     "datetime_from_date_parsing": "invalid_timestamp",
     "datetime_type": "invalid_timestamp",
     "string_pattern_mismatch": "invalid_identifier",
-    # schemas.events' own error types
+    # memstream.schemas.events' own error types
     "invalid_identifier": "invalid_identifier",
     "invalid_speaker": "invalid_speaker",
 }

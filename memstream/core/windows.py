@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from schemas.events import NAMESPACE, CloseReason, WindowClosed, WindowLevel
+from memstream.schemas.events import NAMESPACE, CloseReason, WindowClosed, WindowLevel
 
 CALENDAR_LEVELS = (WindowLevel.DAY, WindowLevel.WEEK, WindowLevel.MONTH)
 

@@ -23,7 +23,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from memstream.client import AsyncMemoryClient, MemoryClient
-from schemas.api import RecallItem, RecallResponse, TurnsAccepted
+from memstream.schemas.api import RecallItem, RecallResponse, TurnsAccepted
 
 
 class MemstreamRetriever(BaseRetriever):

@@ -69,7 +69,7 @@ from memstream.core.recall.wire import Ask
 from memstream.core.store import Filter, Range, StoreUnavailable, VectorStore, scroll_all
 from memstream.core.units import UNITS, USER_FIELD, content_hash, unit_from_payload
 from memstream.core.validation import Limits, Rejection, limits_from, validate
-from schemas.api import (
+from memstream.schemas.api import (
     AnswerResponse,
     DeleteResult,
     MemoryDeleted,
@@ -88,7 +88,7 @@ from schemas.api import (
     TurnsIn,
     TurnStored,
 )
-from schemas.events import (
+from memstream.schemas.events import (
     DEFAULT_TENANT,
     Identifier,
     IsoAwareDatetime,
@@ -96,9 +96,9 @@ from schemas.events import (
     partition_key,
     unit_id_for,
 )
-from schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
-from schemas.tools import TOOLS, ToolResult, openai_tools
-from schemas.topics import MEMORY_UPDATES, TOMBSTONES, TURNS
+from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
+from memstream.schemas.tools import TOOLS, ToolResult, openai_tools
+from memstream.schemas.topics import MEMORY_UPDATES, TOMBSTONES, TURNS
 
 log = logging.getLogger("memstream.gateway")
 HEARTBEAT_S = 15.0

@@ -1,6 +1,7 @@
 """Forgetting a user, one path for the gateway's ``DELETE /v1/users/{user_id}`` and for
 ``memstream forget``; and finding the users stored before user ids had to be one URL path segment
-(schemas.events ``Identifier``), which no user route can address, so that an operator can erase them.
+(memstream.schemas.events ``Identifier``), which no user route can address, so that an operator can erase
+them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from memstream.core.memories import MEMORIES
 from memstream.core.store import Filter, VectorStore, scroll_all
 from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import TENANT_FIELD, UNITS, USER_FIELD
-from schemas.events import DEFAULT_TENANT, Identifier, Tombstone, partition_key
-from schemas.topics import TOMBSTONES
+from memstream.schemas.events import DEFAULT_TENANT, Identifier, Tombstone, partition_key
+from memstream.schemas.topics import TOMBSTONES
 
 ERASED = (UNITS, MEMORIES, UNIT_VIEWS)
 _ADDRESSABLE: TypeAdapter[str] = TypeAdapter(Identifier)

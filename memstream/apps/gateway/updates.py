@@ -23,9 +23,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from memstream.adapters import metrics
 from memstream.adapters.kafka import client_kwargs
 from memstream.adapters.settings import Settings
-from schemas.events import Tombstone
-from schemas.memory import MemoryUpdate
-from schemas.topics import MEMORY_UPDATES, TOMBSTONES
+from memstream.schemas.events import Tombstone
+from memstream.schemas.memory import MemoryUpdate
+from memstream.schemas.topics import MEMORY_UPDATES, TOMBSTONES
 
 log = logging.getLogger("memstream.gateway")
 TOPIC_WAIT_S = 0.5  # between looks for the memory.updates topic before it exists

@@ -27,7 +27,7 @@ from memstream.core.sentences import is_small_talk
 from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
 from memstream.core.unit_views import UNIT_VIEWS, is_context, sentence_texts, unit_prefix, view_slot
 from memstream.core.units import UNIT_FIELD, UNITS, USER_FIELD
-from schemas.memory import Memory, MemoryKind
+from memstream.schemas.memory import Memory, MemoryKind
 
 LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
 

@@ -33,8 +33,8 @@ from memstream.core.recall import rank
 from memstream.core.recall.engine import item_of, unit_item
 from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, scroll_all
 from memstream.core.units import UNITS, USER_FIELD
-from schemas.memory import Memory, MemoryKind, Triple
-from schemas.tools import (
+from memstream.schemas.memory import Memory, MemoryKind, Triple
+from memstream.schemas.tools import (
     TOOLS,
     FindEntityContexts,
     FindMemoryContexts,
