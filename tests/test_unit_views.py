@@ -219,8 +219,8 @@ def test_a_unit_of_several_sentences_carries_its_sentence_nearest_the_query_as_i
         )
         return {i.source_turn_ids[0]: i.brief for i, _ in result.items}
 
-    assert briefs(DEFAULT) == {"turn-0": "", "turn-1": "", "turn-2": nearest}
-    assert set(briefs(replace(DEFAULT, briefs=False)).values()) == {""}
+    assert briefs(replace(DEFAULT, briefs=True)) == {"turn-0": "", "turn-1": "", "turn-2": nearest}
+    assert set(briefs(DEFAULT).values()) == {""}  # off by default (memstream/core/recall/config.py)
     shards.close()
 
 
