@@ -18,16 +18,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.adapters.settings import Settings
+from memstream.apps.gateway.stores import worker_status_urls
 from memstream.core.dashboard import Sample, snapshot
 
 WORKER_TIMEOUT_S = 2.0
-
-
-def worker_status_urls(settings: Settings) -> list[str]:
-    """Each worker's status port: MEMSTREAM_WORKER_URLS, else the ports `memstream up` gives them."""
-    return settings.worker_urls or [
-        f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
-    ]
 
 
 def _samples(families: Iterable[Metric]) -> Iterator[Sample]:

@@ -15,8 +15,12 @@ def gateway_shards(settings: Settings, dim: int) -> Shards:
     each embedded partition through the worker that holds it."""
     if settings.store == "qdrant":
         return open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
-    urls = settings.worker_urls or [
+    token = settings.internal_token
+    return OwnerShards(worker_status_urls(settings), token.get_secret_value() if token else None)
+
+
+def worker_status_urls(settings: Settings) -> list[str]:
+    """Each worker's status port: MEMSTREAM_WORKER_URLS, else the ports `memstream up` gives them."""
+    return settings.worker_urls or [
         f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
     ]
-    token = settings.internal_token
-    return OwnerShards(urls, token.get_secret_value() if token else None)

@@ -32,11 +32,12 @@ from zoneinfo import ZoneInfo
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from memstream.consumers.extractive.observations import (
+    content_word_list,
     content_words,
     informative_sentences,
     third_person_text,
 )
-from memstream.consumers.extractive.sentences import WORD, Sentence, explicit, mentions, provenance
+from memstream.consumers.extractive.sentences import Sentence, explicit, mentions, provenance
 from memstream.consumers.writer import Scope, Source, Written
 from memstream.core.dates import render_date, render_interval
 from memstream.schemas.events import EventTime
@@ -227,8 +228,7 @@ _OWN = re.compile(r"^(?:I|I'm|I've|I'll|I'd|my|we|we're|we've|our)\b", re.IGNORE
 
 def _pairs(text: str, names: frozenset[str]) -> set[tuple[str, str]]:
     """The adjacent pairs of ``text``'s content words (stop words and names left out)."""
-    kept = [w for w in (w.lower() for w in WORD.findall(text)) if len(w) > 2 and w not in ENGLISH_STOP_WORDS]
-    return set(pairwise(w for w in kept if w not in names))
+    return set(pairwise(w for w in content_word_list(text) if w not in names))
 
 
 def told(scope: Scope, units: Sequence[Source]) -> list[Told]:

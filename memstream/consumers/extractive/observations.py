@@ -223,9 +223,14 @@ def third_person_text(text: str, speaker: str, other: str | None, pronouns: bool
 # --- what to keep --------------------------------------------------------------------------------------
 
 
+def content_word_list(text: str) -> list[str]:
+    """The lowercase words of ``text`` that are not English stop words, three letters or more, in order."""
+    return [w for w in (w.lower() for w in WORD.findall(text)) if w not in ENGLISH_STOP_WORDS and len(w) > 2]
+
+
 def content_words(text: str) -> set[str]:
-    """Distinct lowercase words of ``text`` that are not English stop words, three letters or more."""
-    return {w for w in (w.lower() for w in WORD.findall(text)) if w not in ENGLISH_STOP_WORDS and len(w) > 2}
+    """Distinct :func:`content_word_list` of ``text``."""
+    return set(content_word_list(text))
 
 
 def informative(s: Sentence, names: frozenset[str]) -> bool:
