@@ -75,7 +75,8 @@ deploy-lock: install
 	$(BIN)/python -m deploy.lock
 
 # Apache Kafka (issue 28): the broker's jars from Maven Central (deploy/kafka/pom.xml) into
-# .memstream/kafka/<version>/libs; ~45 MB, then cached in ~/.m2. Needs Maven and Java 17+.
+# .memstream/kafka/<version>/libs (the broker, and kafka-tools for the console producer); ~45 MB, then
+# cached in ~/.m2. Needs Maven and Java 17+.
 # memstream/adapters/kafka_server.py runs them. Maven runs only when the jar is missing or the pom changed.
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 KAFKA_JAR := .memstream/kafka/$(KAFKA_VERSION)/libs/kafka_2.13-$(KAFKA_VERSION).jar

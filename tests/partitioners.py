@@ -1,12 +1,14 @@
 """aiokafka partitioners with the arithmetic of other clients' defaults, for producing turns the
 way a platform's own services would: librdkafka's ``consistent_random`` (confluent-kafka, kcat, the
 Go and Node clients) and Sarama's hash partitioner (FNV-1a). Keyless records go anywhere, as there.
-And the real confluent-kafka producer, for Apache Kafka (``produce_with_confluent``)."""
+And the real confluent-kafka producer and Kafka's own console producer, for Apache Kafka
+(``produce_with_confluent``, ``produce_with_console``)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -14,7 +16,8 @@ import confluent_kafka
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from memstream.adapters.kafka import client_kwargs
+from memstream.adapters.kafka import client_kwargs, read_records
+from memstream.adapters.kafka_server import KafkaServer, java_binary, kafka_libs
 from memstream.adapters.settings import Settings
 from memstream.schemas.events import Turn
 from memstream.schemas.topics import TURNS
@@ -83,3 +86,34 @@ def produce_with_confluent(settings: Settings, turns: Sequence[Turn]) -> list[in
     unsent = client.flush(60)
     assert not unsent and not failed, f"{unsent} turns not delivered in 60 s; errors: {failed[:3]}"
     return [p for _, p in sorted(landed.items()) if p is not None]
+
+
+def produce_with_console(server: KafkaServer, settings: Settings, turns: Sequence[Turn]) -> list[int]:
+    """Send ``turns`` with Kafka's console producer as the README shows it (one ``key<TAB>json``
+    line per turn, ``parse.key=true``, acks=all); the partition each landed on, in the turns' order,
+    read back from the topic (each turn must be there once: nothing was forwarded yet)."""
+    topic = settings.topic(TURNS.name)
+    command = [
+        str(java_binary()),
+        "-cp",
+        f"{kafka_libs(server.libs)}/*",
+        "org.apache.kafka.tools.ConsoleProducer",
+        "--bootstrap-server",
+        settings.brokers,
+        "--topic",
+        topic,
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=\t",
+        "--producer-property",
+        "acks=all",
+    ]
+    lines = b"".join(t.key.encode() + b"\t" + t.to_bytes() + b"\n" for t in turns)
+    done = subprocess.run(command, input=lines, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    where: dict[str, list[int]] = {}
+    for m in asyncio.run(read_records(settings, topic)):
+        where.setdefault(Turn.from_bytes(m.value).turn_id, []).append(m.partition)
+    assert all(len(ps) == 1 for ps in where.values()), "a turn is in the topic twice"
+    return [where[t.turn_id][0] for t in turns]

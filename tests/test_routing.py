@@ -58,6 +58,7 @@ from tests.partitioners import (
     librdkafka_consistent,
     produce,
     produce_with_confluent,
+    produce_with_console,
     sarama_hash,
 )
 from tests.test_faults import status_or_none
@@ -160,6 +161,21 @@ def test_confluent_kafkas_default_partitioner_reaches_every_users_memory(
     _reach_their_users_memory(broker, tmp_path, turns, send)
 
 
+@pytest.mark.integration
+def test_kafkas_console_producer_reaches_every_users_memory(broker: AnyBroker, tmp_path: Path) -> None:
+    """Kafka's own console producer, as docs/api.md shows it: Java's default partitioner is the
+    one memstream keys by, so nothing is misplaced or forwarded."""
+    if not isinstance(broker, KafkaServer):
+        pytest.skip("Kafka's console producer is checked on Apache Kafka (MEMSTREAM_TEST_BROKERS=kafka)")
+    turns = _turns()
+
+    def send(settings: Settings) -> dict[str, int]:
+        landed = produce_with_console(broker, settings, turns)
+        return {"console producer": _misplaced(settings, turns, landed)}
+
+    _reach_their_users_memory(broker, tmp_path, turns, send, misplaces=False)
+
+
 def _turns() -> list[Turn]:
     """Nine users whose turns each make a recurrence request (checked below), in tenant default,
     which the gateway without API keys reads."""
@@ -173,12 +189,17 @@ def _misplaced(settings: Settings, turns: list[Turn], landed: list[int]) -> int:
 
 
 def _reach_their_users_memory(
-    broker: AnyBroker, tmp_path: Path, turns: list[Turn], send: Callable[[Settings], dict[str, int]]
+    broker: AnyBroker,
+    tmp_path: Path,
+    turns: list[Turn],
+    send: Callable[[Settings], dict[str, int]],
+    misplaces: bool = True,
 ) -> None:
     """Start `memstream up` (two workers, four partitions), ``send`` the ``turns`` (it answers how
-    many each client misplaced), then a keyless and a mismatched turn; check every misplaced turn is
-    forwarded once (the rerouted count) and every user's memory is stored in its key's shard,
-    closed, consolidated and found through the gateway, and the two bad turns dead-lettered."""
+    many each client misplaced: some, or none when ``misplaces`` is false), then a keyless and a
+    mismatched turn; check every misplaced turn is forwarded once (the rerouted count) and every
+    user's memory is stored in its key's shard, closed, consolidated and found through the gateway,
+    and the two bad turns dead-lettered."""
     port = free_port()
     pipeline = make_pipeline(
         broker,
@@ -200,7 +221,10 @@ def _reach_their_users_memory(
         wait_for(lambda: ready(url), 120, "the gateway to be ready")
         off = send(settings)
         asyncio.run(_bad(settings, nobody, someone))
-        assert all(off.values()), f"each client must misplace some turns: {off}"
+        if misplaces:
+            assert all(off.values()), f"each client must misplace some turns: {off}"
+        else:
+            assert not any(off.values()), f"a client keyed as memstream is misplaced turns: {off}"
 
         def status() -> dict[str, Any] | None:
             st = status_or_none(pipeline)
