@@ -153,37 +153,75 @@ async def wait_group_coordinator(settings: Settings, timeout: float = 60.0) -> f
 async def _set_retention(
     admin: AIOKafkaAdminClient, names: list[str], retention: Mapping[str, int]
 ) -> list[str]:
-    """Set ``retention.ms`` on the topics where it differs; the names changed. AlterConfigs
-    replaces a topic's whole dynamic config, so the topic's other dynamic values are sent too."""
-    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    """Set ``retention.ms`` on the topics where it differs; the names changed."""
     changes = []
-    for response in described:
-        for resource in response.to_object()["resources"]:
-            name = resource["resource_name"]
-            entries = {e["config_names"]: e for e in resource["config_entries"]}
-            current = entries.get("retention.ms", {}).get("config_value")
-            if current == str(retention[name]):
-                continue
-            keep = {
-                k: e["config_value"]
-                for k, e in entries.items()
-                if e.get("config_source") == DYNAMIC_TOPIC_CONFIG
-                and not e["read_only"]
-                and not e["is_sensitive"]
-                and e["config_value"] is not None
-            }
-            configs = {**keep, "retention.ms": str(retention[name])}
-            changes.append(ConfigResource(ConfigResourceType.TOPIC, name, configs=configs))
-            log.info("retention.ms of %s: %s -> %s", name, current, retention[name])
-    if changes:
-        for response in await admin.alter_configs(changes):
-            for r in response.to_object()["resources"]:
-                if r["error_code"]:
-                    raise RuntimeError(
-                        f"setting retention.ms of {r['resource_name']} failed: "
-                        f"error {r['error_code']} {r['error_message']}"
-                    )
+    for name, entries in (await _described(admin, names)).items():
+        current = entries.get("retention.ms", {}).get("config_value")
+        if current == str(retention[name]):
+            continue
+        changes.append(_keeping_dynamic(name, entries, {"retention.ms": str(retention[name])}))
+        log.info("retention.ms of %s: %s -> %s", name, current, retention[name])
+    await _alter(admin, changes)
     return [c.name for c in changes]
+
+
+async def set_topic_configs(settings: Settings, topic: str, configs: Mapping[str, str]) -> None:
+    """Set ``configs`` on ``topic``, keeping its other dynamic values."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        entries = (await _described(admin, [topic]))[topic]
+        await _alter(admin, [_keeping_dynamic(topic, entries, configs)])
+    finally:
+        await admin.close()
+
+
+async def topic_configs(settings: Settings, names: list[str]) -> dict[str, dict[str, str | None]]:
+    """Each topic's configs, name to value."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        described = await _described(admin, names)
+    finally:
+        await admin.close()
+    return {topic: {k: e["config_value"] for k, e in entries.items()} for topic, entries in described.items()}
+
+
+async def _described(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each topic's config entries by name."""
+    described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    return {
+        resource["resource_name"]: {e["config_names"]: e for e in resource["config_entries"]}
+        for response in described
+        for resource in response.to_object()["resources"]
+    }
+
+
+def _keeping_dynamic(
+    name: str, entries: Mapping[str, Mapping[str, Any]], configs: Mapping[str, str]
+) -> ConfigResource:
+    """AlterConfigs replaces a topic's whole dynamic config, so its other dynamic values go too."""
+    keep = {
+        k: e["config_value"]
+        for k, e in entries.items()
+        if e.get("config_source") == DYNAMIC_TOPIC_CONFIG
+        and not e["read_only"]
+        and not e["is_sensitive"]
+        and e["config_value"] is not None
+    }
+    return ConfigResource(ConfigResourceType.TOPIC, name, configs={**keep, **configs})
+
+
+async def _alter(admin: AIOKafkaAdminClient, changes: list[ConfigResource]) -> None:
+    if not changes:
+        return
+    for response in await admin.alter_configs(changes):
+        for r in response.to_object()["resources"]:
+            if r["error_code"]:
+                raise RuntimeError(
+                    f"setting the configs of {r['resource_name']} failed: "
+                    f"error {r['error_code']} {r['error_message']}"
+                )
 
 
 async def track_topics(client: AIOKafkaProducer, topics: Iterable[str]) -> None:
