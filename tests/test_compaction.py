@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,42 @@ def test_a_changelog_compacts_to_each_users_last_state_and_drops_a_forgotten_use
     assert {user: after[user] for user in users if user != gone} == {
         user: last[user] for user in users if user != gone
     }
+
+
+@pytest.mark.integration
+async def test_a_retention_update_keeps_a_topics_other_settings(broker: AnyBroker) -> None:
+    """`memstream topics` sets retention.ms where it differs; AlterConfigs replaces a topic's
+    whole dynamic config, so the topic's other settings must be sent along."""
+    if not isinstance(broker, KafkaServer):
+        pytest.skip("topic configs are checked on Apache Kafka (MEMSTREAM_TEST_BROKERS=kafka)")
+    prefix = f"r{uuid.uuid4().hex[:8]}."
+    before = Settings(
+        bootstrap_servers=broker.bootstrap, topic_prefix=prefix, topic_retention_ms={"turns": 60_000}
+    )
+    after = before.model_copy(update={"topic_retention_ms": {"turns": 120_000, "windows": -1}})
+    turns, windows = before.topic("turns"), before.topic("windows")
+    assert (await ensure_topics(before)).created
+    await _shows(before, turns, "retention.ms", "60000")
+    await set_topic_configs(before, turns, {"max.message.bytes": "2000000"})
+    await _shows(before, turns, "max.message.bytes", "2000000")
+    assert (await ensure_topics(after, update_existing=True)).retention_updated == [turns, windows]
+    await _shows(after, turns, "retention.ms", "120000")
+    await _shows(after, windows, "retention.ms", "-1")
+    assert (await topic_configs(after, [turns]))[turns]["max.message.bytes"] == "2000000"
+    assert (await ensure_topics(after, update_existing=True)).retention_updated == []
+
+
+async def _shows(settings: Settings, topic: str, key: str, value: str, timeout: float = 10) -> None:
+    """Wait until the broker describes ``topic`` with ``key`` = ``value``: a new topic, or a config
+    just altered, reaches the broker's metadata a moment after the controller took it (KRaft)."""
+    seen: object = None
+    for _ in range(int(timeout / 0.2)):
+        with suppress(RuntimeError):  # a topic the broker does not know yet
+            seen = (await topic_configs(settings, [topic]))[topic].get(key)
+            if seen == value:
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{topic} {key}: {seen!r}, not {value!r} after {timeout} s")
 
 
 def _send(settings: Settings, turns: list[Turn]) -> None:

@@ -190,11 +190,14 @@ async def topic_configs(settings: Settings, names: list[str]) -> dict[str, dict[
 async def _described(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """Each topic's config entries by name."""
     described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
-    return {
-        resource["resource_name"]: {e["config_names"]: e for e in resource["config_entries"]}
-        for response in described
-        for resource in response.to_object()["resources"]
-    }
+    resources = [r for response in described for r in response.to_object()["resources"]]
+    for r in resources:
+        if r["error_code"]:  # e.g. a topic just created that this broker does not know yet
+            raise RuntimeError(
+                f"describing the configs of {r['resource_name']} failed: "
+                f"error {r['error_code']} {r['error_message']}"
+            )
+    return {r["resource_name"]: {e["config_names"]: e for e in r["config_entries"]} for r in resources}
 
 
 def _keeping_dynamic(
