@@ -44,6 +44,8 @@ from memstream.core.forgetting import Forgotten
 from memstream.core.memories import MEMORIES
 from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import UNITS
+from memstream.embedded_store.internal import serve_internal
+from memstream.embedded_store.read_leases import ReadLeases
 from memstream.schemas.topics import (
     ALL_TOPICS,
     CONSOLIDATION,
@@ -69,11 +71,9 @@ from memstream.streams.handlers import (
     Summaries,
 )
 from memstream.streams.ingest import IngestProcessor
-from memstream.streams.internal import bind, internal_app, internal_server, store_answer
 from memstream.streams.key_ordered import HELD_PER_CALL, KeyOrdered
-from memstream.streams.pages import Readiness, Recalls, add_pages
+from memstream.streams.pages import Readiness, add_pages
 from memstream.streams.publish import Publisher
-from memstream.streams.read_leases import ReadLeases
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from memstream.streams.routing import misplaced
 from memstream.streams.table_store import use_changelog_recovery
@@ -338,33 +338,14 @@ def build_app(settings: Settings, processor: IngestProcessor, consolidation: Con
         update_lag()
 
     add_pages(
-        app, readiness, processor, held, update_lag, serve_internal(app, settings, processor, held, leases)
+        app,
+        readiness,
+        processor,
+        held,
+        update_lag,
+        serve_internal(app, settings, held, store_of, processor.embedder, leases),
     )
     return app
-
-
-def serve_internal(
-    app: faust.App,
-    settings: Settings,
-    processor: IngestProcessor,
-    held: Callable[[], set[int]],
-    leases: ReadLeases,
-) -> int | None:
-    """The internal port (streams/internal.py), with the embedded store only (a Qdrant server is read by
-    gateways directly) and with the status port, where gateways find it; its number, or None."""
-    if settings.store != "edge" or not settings.metrics_port:
-        return None
-    token = settings.internal_token
-    sock = bind(settings.internal_host, settings.internal_port)
-    pages = internal_app(
-        token.get_secret_value().encode() if token else None,
-        store_answer(held, processor.shards.get),
-        Recalls(held, leases, processor.shards.get, processor.embedder).answer,
-    )
-    app.service(internal_server(pages, sock))
-    port: int = sock.getsockname()[1]
-    log.info("internal port (store and recall for gateways) on %s:%d", settings.internal_host, port)
-    return port
 
 
 def received(event: EventT) -> Received:
