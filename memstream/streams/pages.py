@@ -13,7 +13,6 @@ from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memstream.adapters import metrics
-from memstream.streams.ingest import IngestProcessor
 
 # Every page of the status port ("/" is faust's index, {"status": "OK"}). A page added there without
 # being added here fails tests/test_internal_port.py: user data belongs on the internal port.
@@ -41,12 +40,13 @@ class Readiness:
 def add_pages(
     app: faust.App,
     readiness: Readiness,
-    processor: IngestProcessor,
+    status: Callable[[list[int]], dict[str, Any]],
     held: Callable[[], set[int]],
     update_lag: Callable[[], None],
     internal_port: int | None,
 ) -> None:
-    """The status port's pages; ``/status`` names the internal port (if any) for gateways to find."""
+    """The status port's pages: ``/status`` shows ``status`` of the partitions ``held`` (the worker's,
+    streams/worker.py), and names the internal port (if any) for gateways to find."""
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -70,7 +70,7 @@ def add_pages(
             for s in m.samples
         }
         partitions = sorted(held())
-        body = {**processor.status(partitions), "partitions": partitions, "lag": lag}
+        body = {**status(partitions), "partitions": partitions, "lag": lag}
         if internal_port:
             body["internal_port"] = internal_port
         return web.bytes(orjson.dumps(body), content_type="application/json")
