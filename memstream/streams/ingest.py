@@ -31,15 +31,14 @@ from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
 from memstream.core.unit_views import UNIT_VIEWS, context_vector, view_points, with_sentences
 from memstream.core.units import (
-    BUFFER_FIELD,
-    CONSOLIDATED,
-    FIRED_FIELD,
-    STATE_FIELD,
     UNIT_FIELD,
     UNITS,
     build_unit,
+    consolidated_payload,
+    fired_request,
+    in_buffer,
+    stored_payload,
     unit_from_payload,
-    unit_payload,
 )
 from memstream.core.validation import Rejection, check_key, limits_from, validate, zone_of
 from memstream.core.windows import UserWindows, advance
@@ -51,9 +50,6 @@ from memstream.schemas.events import (
     WindowClosed,
     partition_key,
 )
-
-CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
-
 
 T = TypeVar("T")
 Located = tuple[int, T]  # (partition, value)
@@ -243,8 +239,7 @@ class IngestProcessor:
             else:
                 result.duplicates += 1
                 known.append(unit)
-                if prior.get(FIRED_FIELD):
-                    request = ConsolidationRequest.model_validate_json(prior[FIRED_FIELD])
+                if (request := fired_request(prior)) is not None:
                     replayed.append((rec.home, request))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         # Arrival order, not dialogue-time order: one by one, a unit sees what arrived before it
@@ -312,7 +307,7 @@ class IngestProcessor:
         """
         if replayed:
             members = sorted({i for req in replayed for i in req.unit_ids})
-            store.set_payload(UNITS, members, CONSOLIDATED_PAYLOAD)
+            store.set_payload(UNITS, members, consolidated_payload())
         with metrics.STAGE_SECONDS.labels("recurrence").time():
             fired = self._recurrence(store, new, vectors, latest)
         marked = {i for req in fired.values() for i in req.unit_ids}
@@ -320,11 +315,7 @@ class IngestProcessor:
         with metrics.STAGE_SECONDS.labels("upsert").time():
             points = []
             for unit, vector in zip(new, vectors, strict=True):
-                payload = unit_payload(unit)
-                if unit.unit_id in marked:
-                    payload |= CONSOLIDATED_PAYLOAD
-                if unit.unit_id in fired:
-                    payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
+                payload = stored_payload(unit, unit.unit_id in marked, fired.get(unit.unit_id))
                 points.append(Point(unit.unit_id, vector, payload, lexical.encode_document(unit.text)))
             store.upsert(UNITS, points)
             for unit in new:
@@ -332,7 +323,7 @@ class IngestProcessor:
                     latest[unit.key] = max(latest[unit.key], unit.ts)
             older = sorted(marked - {u.unit_id for u in new})
             if older:
-                store.set_payload(UNITS, older, CONSOLIDATED_PAYLOAD)
+                store.set_payload(UNITS, older, consolidated_payload())
         for tenant, n in Counter(u.tenant for u in new).items():
             metrics.UNITS_STORED.labels(tenant).inc(n)
         result.consolidation.extend([*replayed, *fired.values()])
@@ -428,7 +419,7 @@ class IngestProcessor:
             vector,
             self.settings.recurrence_top_k,
             Filter(
-                equals={BUFFER_FIELD: unit.key},
+                equals=in_buffer(unit.key),
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())} if bounded else {},
                 # The unit itself is not stored yet (it is written with its decision), so only
                 # units marked earlier in this batch need excluding; an empty list costs nothing.
