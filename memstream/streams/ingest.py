@@ -58,7 +58,7 @@ Located = tuple[int, T]  # (partition, value)
 @dataclass(frozen=True)
 class Incoming:
     """One record as read from a topic (:meth:`read`), or built by hand from a text key (tests,
-    benchmarks, the in-process pipeline), which carries no partition, offset or time."""
+    benchmarks, the in-process pipeline), whose partition, offset and time may be left out."""
 
     value: bytes | None
     key: str | None  # as text (undecodable bytes replaced): what validation and dead letters read
