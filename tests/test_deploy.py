@@ -513,9 +513,10 @@ def test_no_pod_serves_store_data_and_the_network_policy_is_on_by_default(
     minimal: list[dict[str, Any]],
 ) -> None:
     """Issue 26: the workers' store pages live on an internal port that a worker opens only with the
-    embedded store (streams/app.py, serve_internal). Every pod of the chart reads a Qdrant server, so
-    none opens it: each port a container declares is its http or metrics port, which serve no store
-    data (streams/pages.PUBLIC_PAGES). The NetworkPolicy is rendered without being asked for."""
+    embedded store (memstream/embedded_store/internal.py, serve_internal). Every pod of the chart
+    reads a Qdrant server, so none opens it: each port a container declares is its http or metrics port,
+    which serve no store data (streams/pages.PUBLIC_PAGES). The NetworkPolicy is rendered without being asked
+    for."""
     assert _kind(minimal, "NetworkPolicy")
     for name, spec in _pod_specs(minimal):
         if name.endswith("-topics") or name.endswith("-test-gateway"):

@@ -26,7 +26,8 @@ from memstream.schemas.events import Deferred, Tombstone, WindowClosed
 from memstream.schemas.memory import MemoryUpdate
 from memstream.schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, WINDOWS
 from memstream.streams.decisions import Decision, Done, Dropped, made_at
-from memstream.streams.handlers import Consolidating, Forgetting, Indexing, Received, Retries
+from memstream.streams.handlers import Consolidating, Forgetting, Indexing, Retries
+from memstream.streams.ingest import Incoming
 from memstream.streams.publish import Publisher
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from tests.test_own_writes import EMBEDDER, memory, stored
@@ -106,7 +107,7 @@ def test_an_index_batch_embedding_while_its_user_is_erased_writes_none_of_theirs
     forgetting = Forgetting(forgotten, [], barrier, lambda _: store, [MEMORIES], lambda: now[0])
     erased, other = memory(1, user="u1"), memory(2, user="u2")
     records = [
-        Received(m.key.encode(), upsert(m).to_bytes(), MEMORY_UPDATES.name, 0, offset, timestamp=99.0)
+        Incoming.read(m.key.encode(), upsert(m).to_bytes(), MEMORY_UPDATES.name, 0, offset, timestamp=99.0)
         for offset, m in enumerate([erased, other])
     ]
     stone = Tombstone(
@@ -117,7 +118,7 @@ def test_an_index_batch_embedding_while_its_user_is_erased_writes_none_of_theirs
         batch = asyncio.ensure_future(indexing.batch(records))
         assert await asyncio.to_thread(embedder.embedding.wait, 30), "the batch never embedded"
         now[0] = 101.0
-        tomb = Received(stone.key.encode(), stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5)
+        tomb = Incoming.read(stone.key.encode(), stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5)
         await forgetting.tombstone(tomb)
         embedder.release.set()
         await batch
@@ -147,21 +148,23 @@ def test_updates_stamped_after_their_user_was_erased_are_dropped_by_when_their_w
     forgetting = Forgetting(forgotten, [], barrier, lambda _: store, [MEMORIES], lambda: now[0])
     indexing = Indexing(Indexer(EMBEDDER).apply, lambda _: store, gone, lambda: now[0])
     erased = memory(1, user="u1")
-    request = Received(erased.key.encode(), b"{}", CONSOLIDATION.name, 0, 0, timestamp=99.0)
+    request = Incoming.read(erased.key.encode(), b"{}", CONSOLIDATION.name, 0, 0, timestamp=99.0)
     done = step.finished(step.job(request, CONSOLIDATION.name), [upsert(erased)], "recurrence")
     assert isinstance(done, Done)  # the user is still there when the work finishes
     stone = Tombstone(
         tenant="t", user_id="u1", deleted_at=datetime.fromtimestamp(99.5, UTC), units=0, memories=0
     )
-    sent: list[Received] = []
+    sent: list[Incoming] = []
 
     async def send(
         topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
     ) -> asyncio.Future[None]:
         now[0] = 101.0  # the tombstone, handled before this record is stamped
-        await forgetting.tombstone(Received(key, stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5))
+        await forgetting.tombstone(
+            Incoming.read(key, stone.to_bytes(), TOMBSTONES.name, 0, 0, timestamp=99.5)
+        )
         now[0] = 102.0
-        sent.append(Received(key, value, topic, 0, len(sent), made_at(headers, now[0])))
+        sent.append(Incoming.read(key, value, topic, 0, len(sent), made_at(headers, now[0])))
         delivered = asyncio.get_running_loop().create_future()
         delivered.set_result(None)
         return delivered
@@ -208,7 +211,7 @@ def test_re_queued_work_is_told_by_when_it_was_first_made() -> None:
             reason="llm_unavailable",
             not_before=datetime.fromtimestamp(due, UTC),
         )
-        r = Received(work.key.encode(), work.to_bytes(), DEFERRED.name, 0, 0, timestamp=99.0)
+        r = Incoming.read(work.key.encode(), work.to_bytes(), DEFERRED.name, 0, 0, timestamp=99.0)
         return asyncio.run(retries.deferred(r))
 
     assert round_trip("gone", due=150.0) == Dropped(DEFERRED.name)  # made at 99, erased at 100.4

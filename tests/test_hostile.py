@@ -64,7 +64,7 @@ from memstream.schemas.events import (
 from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
 from memstream.schemas.topics import ALL_TOPICS
 from memstream.streams.decisions import DeadLettered
-from memstream.streams.handlers import Received, read
+from memstream.streams.handlers import read
 from memstream.streams.ingest import Incoming, IngestProcessor
 from memstream.streams.offline import consolidate_all, ingest_all
 from memstream.testing.openai_server import OpenAIServer
@@ -217,8 +217,8 @@ def test_topic_records_from_hostile_bytes_are_validation_errors(model: type[Reco
         assert isinstance(read(received(raw), model, 0.0), DeadLettered)
 
 
-def received(value: bytes) -> Received:
-    return Received(b"t/u", value, "topic", partition=0, offset=0, timestamp=None)
+def received(value: bytes) -> Incoming:
+    return Incoming.read(b"t/u", value, "topic", partition=0, offset=0, timestamp=None)
 
 
 def test_the_fuzzed_models_cover_every_topic_and_api_model() -> None:

@@ -1,7 +1,8 @@
 """A worker's data routes are internal: on their own port, behind the gateways' token, confined to one
-user (streams/internal.py, ``memstream.adapters.store.remote.confinement``); its status port serves only
-``memstream.streams.pages.PUBLIC_PAGES``. The last test replays issue 26's probe against a running
-``memstream up`` and walks every route of every port, taken from the apps' own route tables."""
+user (``memstream.embedded_store.internal``, ``memstream.embedded_store.remote_store.confinement``);
+its status port serves only ``memstream.streams.pages.PUBLIC_PAGES``. The last test replays issue 26's probe
+against a running ``memstream up`` and walks every route of every port, taken from the apps' own route
+tables."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from pydantic import ValidationError
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
-from memstream.adapters.store.remote import RemoteStore, confinement, serve
 from memstream.apps.gateway.app import create_app
 from memstream.core.store import CollectionSpec, Filter, Point, StoreUnavailable, VectorStore
+from memstream.embedded_store.internal import Answer, authorized, internal_app, store_answer
+from memstream.embedded_store.remote_store import RemoteStore, confinement, serve
 from memstream.streams.faust_adapter import faust_settings
-from memstream.streams.internal import Answer, authorized, internal_app, store_answer
 from memstream.streams.pages import PUBLIC_PAGES, Readiness, add_pages
 from tests.conftest import make_pipeline, ready, wait_for
 

@@ -41,7 +41,8 @@ from memstream.schemas.events import DeadLetterStage
 from memstream.schemas.memory import MemoryKind
 from memstream.schemas.topics import CONSOLIDATION, MEMORY_UPDATES
 from memstream.streams.decisions import DeadLettered
-from memstream.streams.handlers import Consolidating, Received
+from memstream.streams.handlers import Consolidating
+from memstream.streams.ingest import Incoming
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, Failure, OpenAIServer
@@ -671,7 +672,7 @@ def test_invalid_and_truncated_output_are_dead_lettered_with_their_own_reason(
     store = EdgeStore(tmp_path / "store")
     barrier = ReadYourWrites(Takeover(Settings(), MEMORY_UPDATES.name), OwnWrites())
     step = Consolidating(lambda _: store, barrier, lambda _: None, lambda: False, lambda: 100.0, 0.0)
-    request = Received(b"t/u", b'{"request": 1}', CONSOLIDATION.name, 0, 7, timestamp=99.0)
+    request = Incoming.read(b"t/u", b'{"request": 1}', CONSOLIDATION.name, 0, 7, timestamp=99.0)
 
     async def work(_: VectorStore) -> None:
         raise exc

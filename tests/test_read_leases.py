@@ -1,11 +1,11 @@
-"""The leases a worker's recall threads hold on partitions' stores (memstream.streams.read_leases)."""
+"""The leases a worker's recall threads hold on partitions' stores (memstream.embedded_store.read_leases)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from memstream.streams.read_leases import ReadLeases
+from memstream.embedded_store.read_leases import ReadLeases
 
 
 def test_at_most_limit_reads_run_at_once_over_all_partitions() -> None:

@@ -1,4 +1,4 @@
-"""A recall run by the worker that holds the store (``memstream.adapters.remote_recall``): the wire
+"""A recall run by the worker that holds the store (``memstream.embedded_store.remote_recall``): the wire
 values round-trip (``memstream.core.recall.wire``), one HTTP request per recall, the same answer as
 in process, a moved partition followed, a malformed request refused. The gateway end to end:
 ``tests/test_gateway.py::test_a_recall_is_one_request_to_the_worker``."""
@@ -22,8 +22,6 @@ import pytest
 
 from memstream.adapters import metrics
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.remote_recall import recall_at, serve_recall
-from memstream.adapters.store.remote import RemoteStore, serve
 from memstream.core.recall.engine import Recalled, recall
 from memstream.core.recall.wire import (
     Ask,
@@ -34,8 +32,10 @@ from memstream.core.recall.wire import (
     recalled_to_wire,
 )
 from memstream.core.store import VectorStore
-from memstream.streams.pages import Recalls
-from memstream.streams.read_leases import ReadLeases
+from memstream.embedded_store.internal import Recalls
+from memstream.embedded_store.read_leases import ReadLeases
+from memstream.embedded_store.remote_recall import recall_at, serve_recall
+from memstream.embedded_store.remote_store import RemoteStore, serve
 from tests.test_consolidation import TURNS
 
 EMBEDDER = HashingEmbedder(384)
@@ -244,9 +244,9 @@ def test_zone_and_now_reach_the_worker(sample_memory: VectorStore, worker: _Work
 def test_the_worker_page_sheds_past_its_limit_and_refuses_what_it_cannot_serve(
     sample_memory: VectorStore,
 ) -> None:
-    """``POST /recall/{partition}`` on a worker (memstream.streams.pages.Recalls): a recall past the worker's
-    limit is shed with 503 at once, not queued behind the others; the lease is returned whatever
-    the outcome, so a rebalance never waits for a recall that ended."""
+    """``POST /recall/{partition}`` on a worker (memstream.embedded_store.internal.Recalls): a recall
+    past the worker's limit is shed with 503 at once, not queued behind the others; the lease is returned
+    whatever the outcome, so a rebalance never waits for a recall that ended."""
     leases = ReadLeases(limit=1)
     recalls = Recalls(lambda: {0}, leases, lambda _: sample_memory, EMBEDDER)
     body = orjson.dumps(ask_to_wire(ask("Where am I moving to?")))

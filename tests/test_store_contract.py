@@ -37,8 +37,8 @@ from memstream.adapters.store import (
 )
 from memstream.adapters.store.edge import EdgeStore
 from memstream.adapters.store.qdrant_server import QdrantServerStore
-from memstream.adapters.store.remote import RemoteStore, serve
 from memstream.core import lexical
+from memstream.embedded_store.remote_store import RemoteStore, serve
 
 # qdrant-client's local mode warns that payload indexes do nothing there; the contract still creates them.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
@@ -83,8 +83,8 @@ def make_local(tmp_path: Path) -> VectorStore:
 
 
 class _StoreServer(http.server.HTTPServer):
-    """The worker side of ``memstream.adapters.store.remote`` (``serve``) over real HTTP, one request at a
-    time."""
+    """The worker side of ``memstream.embedded_store.remote_store`` (``serve``) over real HTTP, one
+    request at a time."""
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store

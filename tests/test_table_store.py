@@ -96,7 +96,7 @@ def test_a_partition_ahead_of_its_changelog_is_emptied_rather_than_fatal(tmp_pat
     its start instead of faust raising ConsistencyError at every start. The app uses this recovery."""
     settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=2)
     app = faust.App("table-store-test", **faust_settings(settings))
-    use_changelog_recovery(app)  # as memstream.streams.app.build_app does
+    use_changelog_recovery(app)  # as memstream.streams.worker does
     assert isinstance(app.tables.recovery, ChangelogRecovery)
     table = app.Table("window-state", default=None, partitions=2, key_type=bytes, use_partitioner=True)
     store = table.data

@@ -44,7 +44,8 @@ from memstream.schemas.events import Deferred, WindowClosed
 from memstream.schemas.memory import LEVEL, Memory, MemoryKind, MemoryOp, MemoryUpdate
 from memstream.schemas.topics import DEFERRED, MEMORY_UPDATES, WINDOWS, TopicSpec
 from memstream.streams.decisions import Decision, Deferral, Done
-from memstream.streams.handlers import DURATIVE, Consolidating, Received, Retries, Summaries
+from memstream.streams.handlers import DURATIVE, Consolidating, Retries, Summaries
+from memstream.streams.ingest import Incoming
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
 ZONE = ZoneInfo("Europe/Lisbon")
@@ -236,7 +237,7 @@ def summarise(
     memories the indexer would hold, and the months whose durative memory was scheduled."""
     left = dict(failures)
     windows_topic = deque(received(WINDOWS, w.key, w.to_bytes()) for w in windows)
-    deferred_topic: list[Received] = []
+    deferred_topic: list[Incoming] = []
     memories: dict[str, Memory] = {}
     months: list[str] = []
     states: dict[bytes, Any] = {}
@@ -289,8 +290,8 @@ def summarise(
     return memories, months
 
 
-def received(topic: TopicSpec, key: str, value: bytes) -> Received:
-    return Received(key.encode(), value, topic.name, partition=0, offset=0, timestamp=None)
+def received(topic: TopicSpec, key: str, value: bytes) -> Incoming:
+    return Incoming.read(key.encode(), value, topic.name, partition=0, offset=0, timestamp=None)
 
 
 @settings(max_examples=60, deadline=None)

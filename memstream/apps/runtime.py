@@ -28,7 +28,7 @@ import time
 from contextlib import ExitStack
 from types import FrameType
 
-from faust import Worker
+import faust
 
 from memstream.adapters.embedded_broker import broker_kind, describe, embedded_broker
 from memstream.adapters.embedders import make_embedder
@@ -45,6 +45,7 @@ from memstream.core.units import units_spec
 from memstream.streams.app import build_app
 from memstream.streams.ingest import IngestProcessor
 from memstream.streams.table_store import claim_worker_dir
+from memstream.streams.worker import Worker
 
 log = logging.getLogger("memstream")
 EMBEDDED_KAFKA_SESSION_S = 10.0
@@ -128,7 +129,7 @@ def _run_worker(settings: Settings) -> None:
             if consolidation.llm
             else "extractive (no LLM)",
         )
-        app = build_app(settings, processor, consolidation)
+        app = build_app(Worker(settings, embedder, shards, processor, consolidation))
         if settings.metrics_port:
             log.info(
                 "metrics and status on http://%s:%d/metrics and /status",
@@ -140,7 +141,7 @@ def _run_worker(settings: Settings) -> None:
         # collection walks it again (measured: ~8 % of ingest throughput).
         gc.freeze()
         gc.set_threshold(50_000, 20, 10)
-        worker = Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+        worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()
         except SystemExit as exc:

@@ -1,10 +1,10 @@
-"""The ``units`` collection layout, and from a validated ``Turn`` to a stored ``Unit``: pure
-functions, no I/O."""
+"""The ``units`` collection layout, what a stored unit's flags mean, and from a validated ``Turn`` to a
+stored ``Unit``: pure functions, no I/O."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from memstream.core.store import CollectionSpec
-from memstream.schemas.events import EventTime, Message, Turn, Unit, unit_id_for
+from memstream.schemas.events import ConsolidationRequest, EventTime, Message, Turn, Unit, unit_id_for
 
 UNITS = "units"
 # Payload fields the store indexes (see units_spec).
@@ -104,3 +104,37 @@ def unit_payload(unit: Unit) -> dict[str, Any]:
 
 def unit_from_payload(payload: dict[str, Any]) -> Unit:
     return Unit.model_validate_json(payload[UNIT_FIELD])
+
+
+# ---- a stored unit's flags -------------------------------------------------------------------------
+# A unit is stored buffered (unit_payload); a consolidation request that takes it in marks it
+# consolidated, which takes it out of its user's buffer (BUFFER_FIELD, the neighbour query's one
+# keyword condition); a trigger unit also keeps the request it fired (FIRED_FIELD), so a redelivery
+# of its turn publishes that request again (streams/ingest.py).
+
+
+def in_buffer(user_key: str) -> dict[str, Any]:
+    """The one keyword condition that finds a user's buffered units (no request has taken them in)."""
+    return {BUFFER_FIELD: user_key}
+
+
+def consolidated_payload() -> dict[str, Any]:
+    """The fields that mark a stored unit consolidated (a new dict: callers may merge into it)."""
+    return {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
+
+
+def stored_payload(unit: Unit, consolidated: bool, fired: ConsolidationRequest | None) -> dict[str, Any]:
+    """A new unit's payload, written together with the recurrence decision it took part in: marked
+    consolidated when a request takes it in, and carrying the request it ``fired`` as its trigger."""
+    payload = unit_payload(unit)
+    if consolidated:
+        payload |= consolidated_payload()
+    if fired is not None:
+        payload[FIRED_FIELD] = fired.to_bytes().decode()
+    return payload
+
+
+def fired_request(payload: Mapping[str, Any]) -> ConsolidationRequest | None:
+    """The request a stored unit fired as its trigger, or None."""
+    raw = payload.get(FIRED_FIELD)
+    return ConsolidationRequest.model_validate_json(raw) if raw else None

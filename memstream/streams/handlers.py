@@ -1,5 +1,5 @@
 """What each agent of the topology (streams/app.py) does with its records, as plain objects with
-explicit dependencies and no faust types: records in as ``Received``, decisions out
+explicit dependencies and no faust types: records in as ``Incoming``, decisions out
 (streams/decisions.py), which the topology publishes. Tests call these, not copies of them."""
 
 from __future__ import annotations
@@ -59,38 +59,16 @@ class Publish(Protocol):
     async def __call__(self, *decisions: Decision) -> None: ...
 
 
-@dataclass(frozen=True)
-class Received:
-    """One record as read from a topic."""
-
-    key: bytes | None
-    value: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    # When the record's work was made (epoch seconds): its create time, or its MADE_AT header
-    # (streams/decisions.py): re-queued work keeps its first record's, memory updates their work's start.
-    timestamp: float | None
-
-    def incoming(self, value: bytes | None = None) -> Incoming:
-        key = self.key.decode("utf-8", "replace") if self.key is not None else None
-        return Incoming(
-            value=self.value if value is None else value,
-            key=key,
-            topic=self.topic,
-            partition=self.partition,
-            offset=self.offset,
-        )
-
-
 def rejected(
-    r: Received, stage: DeadLetterStage, reason: str, exc: Exception, now: float, value: bytes | None = None
+    r: Incoming, stage: DeadLetterStage, reason: str, exc: Exception, now: float, value: bytes | None = None
 ) -> DeadLetter:
     """The dead letter of a record that failed; ``value``: the record inside a deferred one."""
-    return dead_letter(r.incoming(value), Rejection(stage, reason, str(exc)[:2000]), now)
+    return dead_letter(
+        r if value is None else replace(r, value=value), Rejection(stage, reason, str(exc)[:2000]), now
+    )
 
 
-def read(r: Received, model: type[R], now: float) -> R | DeadLettered:
+def read(r: Incoming, model: type[R], now: float) -> R | DeadLettered:
     """The record, or its dead letter when it is unreadable."""
     try:
         return model.from_bytes(r.value or b"")
@@ -121,14 +99,14 @@ class Job:
     """One piece of consolidation work: ``value`` (the record's, or one carried by deferred work
     or parked in the tree state), counted and deferred as ``source``, begun at ``now``."""
 
-    received: Received
+    received: Incoming
     source: str
     value: bytes
     now: float
 
     @property
     def key(self) -> bytes:
-        return self.received.key or b""
+        return self.received.key_bytes or b""
 
 
 class Consolidating:
@@ -155,7 +133,7 @@ class Consolidating:
         self.defer_retry_s = defer_retry_s
         self.sleep = sleep
 
-    def job(self, r: Received, source: str, value: bytes | None = None) -> Job:
+    def job(self, r: Incoming, source: str, value: bytes | None = None) -> Job:
         return Job(r, source, r.value or b"" if value is None else value, self.clock())
 
     def decode(self, job: Job, model: type[R]) -> R | Dropped | DeadLettered:
@@ -172,7 +150,7 @@ class Consolidating:
     ) -> T | Deferral | DeadLettered:
         """``work`` on the partition's store, once what is already published is indexed:
         decisions must not depend on the indexer's pace (streams/read_your_writes.py)."""
-        partition = job.received.partition
+        partition = job.received.home
         try:
             store = self.store_of(partition)
 
@@ -207,7 +185,7 @@ class Requests:
         self.step = step
         self.consolidate = consolidate
 
-    async def request(self, r: Received) -> Decision:
+    async def request(self, r: Incoming) -> Decision:
         job = self.step.job(r, CONSOLIDATION.name)
         request = self.step.decode(job, ConsolidationRequest)
         if isinstance(request, Dropped | DeadLettered):
@@ -242,12 +220,12 @@ class Summaries:
         self.publish = publish  # each window's nodes are delivered before the next is summarised
         self.durative_delay_s = durative_delay_s
 
-    async def window(self, r: Received) -> None:
+    async def window(self, r: Incoming) -> None:
         window = read(r, WindowClosed, self.step.clock())
         if isinstance(window, DeadLettered):
             await self.publish(window)
             return
-        key, started = r.key or b"", self.step.clock()
+        key, started = r.key_bytes or b"", self.step.clock()
         raw = self.states.get(key)
 
         async def attempt(state: TreeState, w: WindowClosed) -> tuple[bool, TreeState]:
@@ -259,7 +237,7 @@ class Summaries:
             self.states[key] = state.to_json()
 
     async def summarise(
-        self, r: Received, window: WindowClosed, state: TreeState, parked: bytes | None
+        self, r: Incoming, window: WindowClosed, state: TreeState, parked: bytes | None
     ) -> tuple[bool, TreeState]:
         """Whether the window is done with (summarised, or dropped: not deferred), and the state
         after it."""
@@ -312,8 +290,8 @@ class Retries:
         self.durative = durative
         self.hold_s = hold_s
 
-    async def deferred(self, r: Received) -> Decision:
-        if made_before(self.step.gone(r.key), r.timestamp):
+    async def deferred(self, r: Incoming) -> Decision:
+        if made_before(self.step.gone(r.key_bytes), r.timestamp):
             return Dropped(DEFERRED.name)  # made from a deleted user's data
         deferred = read(r, Deferred, self.step.clock())
         if isinstance(deferred, DeadLettered):
@@ -327,7 +305,7 @@ class Retries:
             return await self.durative_memory(r, deferred.value)
         return Done(sends=[Send(deferred.source_topic, deferred.key.encode(), deferred.value, r.timestamp)])
 
-    async def durative_memory(self, r: Received, value: bytes) -> Decision:
+    async def durative_memory(self, r: Incoming, value: bytes) -> Decision:
         job = self.step.job(r, DURATIVE, value)
         month = self.step.decode(job, WindowClosed)
         if isinstance(month, Dropped | DeadLettered):
@@ -359,9 +337,9 @@ class Ingesting:
         self.states.update(states)
         self.saved(states)
 
-    async def batch(self, records: Sequence[Received]) -> list[Decision]:
-        kept = [r for r in records if not sent_before(self.gone(r.key), r.timestamp)]
-        batch = [r.incoming() for r in kept]
+    async def batch(self, records: Sequence[Incoming]) -> list[Decision]:
+        kept = [r for r in records if not sent_before(self.gone(r.key_bytes), r.timestamp)]
+        batch = kept
         result = await until_available(partial(self.process, batch, self.states), "ingest", self.sleep)
         done = Done(
             sends=[*sends(CONSOLIDATION, result.consolidation), *sends(DEAD_LETTER, result.dead_letters)],
@@ -460,26 +438,26 @@ class Indexing:
         self.clock = clock
         self.sleep = sleep
 
-    async def batch(self, records: Sequence[Received]) -> list[Decision]:
+    async def batch(self, records: Sequence[Incoming]) -> list[Decision]:
         by_partition: dict[int, list[MemoryUpdate]] = {}
-        made: dict[int, Received] = {}  # by id() of the update: the record it came in
+        made: dict[int, Incoming] = {}  # by id() of the update: the record it came in
         dead: list[DeadLetter] = []
         dropped = 0
         for r in records:
-            if made_before(self.gone(r.key), r.timestamp):
+            if made_before(self.gone(r.key_bytes), r.timestamp):
                 dropped += 1  # made from a deleted user's data
                 continue
             update = read(r, MemoryUpdate, self.clock())
             if isinstance(update, DeadLettered):
                 dead.extend(update.letters)
             else:
-                by_partition.setdefault(r.partition, []).append(update)
+                by_partition.setdefault(r.home, []).append(update)
                 made[id(update)] = r
 
         def keep(update: MemoryUpdate) -> bool:
             # Asked again at each write: the user may have been erased while the batch embedded.
             r = made[id(update)]
-            return not made_before(self.gone(r.key), r.timestamp)
+            return not made_before(self.gone(r.key_bytes), r.timestamp)
 
         for partition, updates in by_partition.items():
             write = partial(self.apply, self.store_of(partition), updates, keep)
@@ -511,7 +489,7 @@ class Forgetting:
         self.clock = clock
         self.sleep = sleep
 
-    async def tombstone(self, r: Received) -> Decision:
+    async def tombstone(self, r: Incoming) -> Decision:
         stone = read(r, Tombstone, self.clock())
         if isinstance(stone, DeadLettered):
             return stone
@@ -521,7 +499,7 @@ class Forgetting:
         for table in self.user_tables:
             if key in table:
                 del table[key]
-        erase = partial(self.erase, self.store_of(r.partition), stone.key)
+        erase = partial(self.erase, self.store_of(r.home), stone.key)
         await until_available(erase, "forget", self.sleep)
         return Done()
 

@@ -31,15 +31,14 @@ from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
 from memstream.core.unit_views import UNIT_VIEWS, context_vector, view_points, with_sentences
 from memstream.core.units import (
-    BUFFER_FIELD,
-    CONSOLIDATED,
-    FIRED_FIELD,
-    STATE_FIELD,
     UNIT_FIELD,
     UNITS,
     build_unit,
+    consolidated_payload,
+    fired_request,
+    in_buffer,
+    stored_payload,
     unit_from_payload,
-    unit_payload,
 )
 from memstream.core.validation import Rejection, check_key, limits_from, validate, zone_of
 from memstream.core.windows import UserWindows, advance
@@ -52,22 +51,49 @@ from memstream.schemas.events import (
     partition_key,
 )
 
-CONSOLIDATED_PAYLOAD = {STATE_FIELD: CONSOLIDATED, BUFFER_FIELD: ""}
-
-
 T = TypeVar("T")
 Located = tuple[int, T]  # (partition, value)
 
 
 @dataclass(frozen=True)
 class Incoming:
-    """A record as read from the turns topic."""
+    """One record as read from a topic (:meth:`read`), or built by hand from a text key (tests,
+    benchmarks, the in-process pipeline), whose partition, offset and time may be left out."""
 
     value: bytes | None
-    key: str | None
+    key: str | None  # as text (undecodable bytes replaced): what validation and dead letters read
     topic: str
     partition: int | None = None
     offset: int | None = None
+    # When the record's work was made (epoch seconds): its create time, or its MADE_AT header
+    # (streams/decisions.py): re-queued work keeps its first record's, memory updates their work's start.
+    timestamp: float | None = None
+    raw_key: bytes | None = None  # the key's bytes as read, when read from a topic
+
+    @classmethod
+    def read(
+        cls,
+        key: bytes | None,
+        value: bytes | None,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: float | None,
+    ) -> Incoming:
+        text = key.decode("utf-8", "replace") if key is not None else None
+        return cls(value, text, topic, partition, offset, timestamp, key)
+
+    @property
+    def key_bytes(self) -> bytes | None:
+        """The key as read: what the tables are keyed by (built by hand: the text key's UTF-8)."""
+        if self.raw_key is not None or self.key is None:
+            return self.raw_key
+        return self.key.encode()
+
+    @property
+    def home(self) -> int:
+        """The partition it was read from (built by hand: 0)."""
+        return self.partition or 0
 
 
 @dataclass(frozen=True)
@@ -159,21 +185,6 @@ class IngestProcessor:
             self._track_windows([u for _, u in fresh if u.unit_id in to_track], windows, now, result)
         return result
 
-    def status(self, partitions: Iterable[int]) -> dict[str, Any]:
-        """What the pipeline has done since this process started, and what the stores of the
-        ``partitions`` it holds hold (opened if need be: after a rebalance a partition's store
-        is otherwise opened with its next record)."""
-        stores = {id(s): s for s in (self.shards.get(p) for p in partitions)}
-        return {
-            "config": {
-                "embedder": self.embedder.name,
-                "theta_sim": self.theta_sim,
-                "theta_count": self.settings.theta_count,
-            },
-            "units_in_store": sum(s.count(UNITS) for s in stores.values()),
-            **metrics.snapshot(),
-        }
-
     # -- stages ------------------------------------------------------------------------
 
     def _validate(
@@ -214,7 +225,7 @@ class IngestProcessor:
         """New units, and the requests that redelivered units fired, with their partitions; and
         the redelivered units."""
         existing: dict[str, dict[str, Any]] = {}
-        for p, ids in _group((_partition(rec), u.unit_id) for rec, u in fresh).items():
+        for p, ids in _group((rec.home, u.unit_id) for rec, u in fresh).items():
             existing.update((h.id, h.payload) for h in self.shards.get(p).retrieve(UNITS, ids))
         new: list[Located[Unit]] = []
         replayed: list[Located[ConsolidationRequest]] = []
@@ -222,15 +233,14 @@ class IngestProcessor:
         for rec, unit in fresh:
             prior = existing.get(unit.unit_id)
             if prior is None:
-                new.append((_partition(rec), unit))
+                new.append((rec.home, unit))
             elif unit_from_payload(prior).content_hash != unit.content_hash:
                 result.dead_letters.append(dead_letter(rec, _reused(unit), now))
             else:
                 result.duplicates += 1
                 known.append(unit)
-                if prior.get(FIRED_FIELD):
-                    request = ConsolidationRequest.model_validate_json(prior[FIRED_FIELD])
-                    replayed.append((_partition(rec), request))
+                if (request := fired_request(prior)) is not None:
+                    replayed.append((rec.home, request))
         metrics.DUPLICATE_TURNS.inc(result.duplicates)
         # Arrival order, not dialogue-time order: one by one, a unit sees what arrived before it
         # (and is earlier in dialogue time), so that is what a batch must reproduce.
@@ -297,7 +307,7 @@ class IngestProcessor:
         """
         if replayed:
             members = sorted({i for req in replayed for i in req.unit_ids})
-            store.set_payload(UNITS, members, CONSOLIDATED_PAYLOAD)
+            store.set_payload(UNITS, members, consolidated_payload())
         with metrics.STAGE_SECONDS.labels("recurrence").time():
             fired = self._recurrence(store, new, vectors, latest)
         marked = {i for req in fired.values() for i in req.unit_ids}
@@ -305,11 +315,7 @@ class IngestProcessor:
         with metrics.STAGE_SECONDS.labels("upsert").time():
             points = []
             for unit, vector in zip(new, vectors, strict=True):
-                payload = unit_payload(unit)
-                if unit.unit_id in marked:
-                    payload |= CONSOLIDATED_PAYLOAD
-                if unit.unit_id in fired:
-                    payload[FIRED_FIELD] = fired[unit.unit_id].to_bytes().decode()
+                payload = stored_payload(unit, unit.unit_id in marked, fired.get(unit.unit_id))
                 points.append(Point(unit.unit_id, vector, payload, lexical.encode_document(unit.text)))
             store.upsert(UNITS, points)
             for unit in new:
@@ -317,7 +323,7 @@ class IngestProcessor:
                     latest[unit.key] = max(latest[unit.key], unit.ts)
             older = sorted(marked - {u.unit_id for u in new})
             if older:
-                store.set_payload(UNITS, older, CONSOLIDATED_PAYLOAD)
+                store.set_payload(UNITS, older, consolidated_payload())
         for tenant, n in Counter(u.tenant for u in new).items():
             metrics.UNITS_STORED.labels(tenant).inc(n)
         result.consolidation.extend([*replayed, *fired.values()])
@@ -413,7 +419,7 @@ class IngestProcessor:
             vector,
             self.settings.recurrence_top_k,
             Filter(
-                equals={BUFFER_FIELD: unit.key},
+                equals=in_buffer(unit.key),
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())} if bounded else {},
                 # The unit itself is not stored yet (it is written with its decision), so only
                 # units marked earlier in this batch need excluding; an empty list costs nothing.
@@ -483,10 +489,6 @@ def _read_windows(units: Iterable[Unit], state: Mapping[bytes, Any]) -> dict[byt
 def _after_windows(unit: Unit, windows: UserWindows | None) -> bool:
     """Whether ``unit`` is later than everything the user's window state has seen."""
     return windows is None or unit.ts > windows.last_ts
-
-
-def _partition(rec: Incoming) -> int:
-    return rec.partition or 0  # records built by hand (tests, benchmarks) carry no partition
 
 
 def _group(pairs: Iterable[tuple[int, T]]) -> dict[int, list[T]]:

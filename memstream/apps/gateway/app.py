@@ -40,7 +40,6 @@ from memstream.adapters import metrics
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import by_key, client_kwargs, partition_for
 from memstream.adapters.llm import LLMClient, LLMError
-from memstream.adapters.remote_recall import recall_at
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import Shards
 from memstream.apps.gateway.auth import (
@@ -69,6 +68,7 @@ from memstream.core.recall.wire import Ask
 from memstream.core.store import Filter, Range, StoreUnavailable, VectorStore, scroll_all
 from memstream.core.units import UNITS, USER_FIELD, content_hash, unit_from_payload
 from memstream.core.validation import Limits, Rejection, limits_from, validate
+from memstream.embedded_store.remote_recall import recall_at
 from memstream.schemas.api import (
     AnswerResponse,
     DeleteResult,

@@ -16,7 +16,6 @@ from pydantic import TypeAdapter, ValidationError
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import by_key, client_kwargs, partition_for
 from memstream.adapters.settings import Settings
-from memstream.adapters.store.remote import RemoteStore
 from memstream.adapters.store.shards import Shards, all_stores
 from memstream.apps.gateway.auth import parse_keys
 from memstream.apps.gateway.stores import gateway_shards
@@ -25,6 +24,7 @@ from memstream.core.memories import MEMORIES
 from memstream.core.store import Filter, VectorStore, scroll_all
 from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import TENANT_FIELD, UNITS, USER_FIELD
+from memstream.embedded_store.remote_store import RemoteStore
 from memstream.schemas.events import DEFAULT_TENANT, Identifier, Tombstone, partition_key
 from memstream.schemas.topics import TOMBSTONES
 

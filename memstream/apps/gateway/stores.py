@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from memstream.adapters.settings import Settings
-from memstream.adapters.store.remote import OwnerShards
 from memstream.adapters.store.shards import Shards, open_shards
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
+from memstream.embedded_store.remote_store import OwnerShards
 
 
 def gateway_shards(settings: Settings, dim: int) -> Shards:

@@ -2,7 +2,7 @@
 (de)serialised).
 
 With the embedded store only the worker that holds a user's shard may open it, so the gateway asks
-that worker for the whole recall in one request (``memstream.adapters.remote_recall``) rather than
+that worker for the whole recall in one request (``memstream.embedded_store.remote_recall``) rather than
 for each store call: it sends an :class:`Ask`, with the query already embedded so the worker that
 ingests does no embedding for it, and gets back the :class:`~memstream.core.recall.engine.Recalled`.
 Datetimes travel as ISO 8601 with their offset (instants are kept; a zone becomes its offset), scores

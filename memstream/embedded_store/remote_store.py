@@ -4,9 +4,9 @@ Qdrant Edge lets one process open a shard, and with the embedded store each part
 is held by the worker that owns the partition. A gateway reads and forgets through that worker:
 :class:`RemoteStore` speaks the :class:`VectorStore` protocol over HTTP, and :func:`serve` is the
 worker's side of it (mounted at ``/store/<partition>/<op>`` on the worker's internal port, which
-asks for the gateways' token, ``streams/internal.py``); a recall goes to the worker whole, in one
-request (:meth:`RemoteStore.post`, ``memstream.adapters.remote_recall``). With a Qdrant server every
-process opens the store itself and none of this is used.
+asks for the gateways' token, ``internal.py`` here); a recall goes to the worker whole, in one
+request (:meth:`RemoteStore.post`, ``remote_recall.py`` here). With a Qdrant server every process opens the
+store itself and none of this is used.
 
 On that port :func:`serve` runs ``confined``: only what a gateway sends (reads and deletes), each
 pinned to one user (:func:`confinement`), so no request, even one carrying the token, reads or

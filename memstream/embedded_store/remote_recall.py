@@ -1,9 +1,9 @@
 """Recall where the store is: with the embedded store, by the worker that holds the user's shard.
 
-A gateway that reads a partition through its owner (:class:`~memstream.adapters.store.remote.RemoteStore`)
-would make every store call of a recall its own HTTP request (about five). Instead it embeds the query
+A gateway that reads a partition through its owner (:class:`.remote_store.RemoteStore`) would make
+every store call of a recall its own HTTP request (about five). Instead it embeds the query
 and sends the whole recall to the owner in one request, ``POST /recall/<partition>`` on the worker's
-internal port, with its token (:func:`serve_recall` is the worker's side, ``streams/internal.py`` its
+internal port, with its token (:func:`serve_recall` is the worker's side, ``internal.py`` its
 page); the owner is located, and located again on a 409 or an unreachable worker, exactly as for a
 store call. Any other store (Qdrant server, a local shard) is read here. The wire values:
 ``memstream.core.recall.wire``.
@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import orjson
 
-from memstream.adapters.store.remote import RemoteStore
 from memstream.core.embedder import Embedder
 from memstream.core.recall.engine import Recalled
 from memstream.core.recall.wire import (
@@ -27,6 +26,7 @@ from memstream.core.recall.wire import (
     recalled_to_wire,
 )
 from memstream.core.store import VectorStore
+from memstream.embedded_store.remote_store import RemoteStore
 
 
 def recall_at(store: VectorStore, embedder: Embedder, ask: Ask) -> Recalled:
