@@ -53,7 +53,7 @@ class HashingEmbedder:
         self.dim = dim
 
     def _words(self, text: str) -> list[int]:
-        # map/filterfalse over C callables: a third cheaper than comprehensions (ingest embeds every turn).
+        # map/filterfalse over C callables: ~13 % cheaper than comprehensions (ingest embeds every turn).
         hashes = list(map(_word_hash, filterfalse(_STOP_WORDS.__contains__, _WORD.findall(text.lower()))))
         # A text with no content words still needs a unit vector: hash the raw text instead.
         return hashes or [_word_hash(text.strip())]
