@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -144,3 +145,19 @@ def test_closed_windows_are_ordered_disjoint_and_cover_their_events(steps: list[
         # Every event is counted in exactly one window per level (closed or still open).
         assert state is not None
         assert sum(w.events for w in mine) + state.open[level].events == total
+
+
+def test_with_last_unit_changes_only_the_latest_unit() -> None:
+    state, _ = feed([("s1", at(2023, 5, 8, 10)), ("s1", at(2023, 5, 8, 9))], zone=NY)  # one late event
+    assert state is not None and state.late_events == 1
+    assert state.with_last_unit("u-1") == replace(state, last_unit_id="u-1")
+
+
+def test_an_event_keeps_the_late_count_and_the_latest_unit() -> None:
+    # advance builds the next state field by field: what it does not change must come through.
+    state, _ = feed([("s1", at(2023, 5, 8, 10)), ("s1", at(2023, 5, 8, 9))])
+    assert state is not None
+    state, _ = feed([("s1", at(2023, 5, 8, 10, 5))], state=state.with_last_unit("u-1"))
+    assert state is not None
+    assert (state.late_events, state.last_unit_id, state.timezone) == (1, "u-1", "UTC")
+    assert state.last_ts == at(2023, 5, 8, 10, 5)

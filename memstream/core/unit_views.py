@@ -17,7 +17,6 @@ view's (``RecallConfig.sentence_weight`` / ``context_weight``); docs/recall.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -85,10 +84,13 @@ def view_points(
 ) -> list[Point]:
     """The unit's view points: its context view, then its sentence vectors (in ``sentence_texts`` order,
     the first ``MAX_SENTENCE_VIEWS``)."""
-    base: dict[str, Any] = {USER_FIELD: unit.key, TENANT_FIELD: unit.tenant, OF_FIELD: unit.unit_id}
-    points = [Point(view_id(unit.unit_id, 0), context, {**base, VIEW_FIELD: CONTEXT})]
+    key, tenant, unit_id = unit.key, unit.tenant, unit.unit_id
+    context_payload = {USER_FIELD: key, TENANT_FIELD: tenant, OF_FIELD: unit_id, VIEW_FIELD: CONTEXT}
+    # One payload for all the unit's sentence views: the store copies a payload when it takes the point.
+    sentence_payload = {USER_FIELD: key, TENANT_FIELD: tenant, OF_FIELD: unit_id, VIEW_FIELD: SENTENCE}
+    points = [Point(view_id(unit_id, 0), context, context_payload)]
     points += [
-        Point(view_id(unit.unit_id, slot), vector, {**base, VIEW_FIELD: SENTENCE})
+        Point(view_id(unit_id, slot), vector, sentence_payload)
         for slot, vector in enumerate(sentences[:MAX_SENTENCE_VIEWS], start=1)
     ]
     return points

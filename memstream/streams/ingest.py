@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -452,7 +452,7 @@ class IngestProcessor:
             if before is not None and after.late_events > before.late_events:
                 metrics.LATE_EVENTS.inc()
             elif after.last_ts == unit.ts:  # the user's latest unit: the next one's predecessor
-                after = replace(after, last_unit_id=unit.unit_id)
+                after = after.with_last_unit(unit.unit_id)
             by_user[key] = after
             result.windows.extend(closed)
         # One state write per user per batch: each write is a changelog record.
