@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstream.core.recurrence import Neighbour, recurrence
+from memstream.core.recurrence import Neighbour, recurrence, top_k
 
 
 def n(i: int, score: float, consolidated: bool = False) -> Neighbour:
@@ -67,3 +69,19 @@ def test_fires_iff_count_of_fresh_similar_reaches_theta(
         assert len(cluster.members) == expected
         assert all(m.score >= theta_sim and not m.consolidated for m in cluster.members)
         assert [m.score for m in cluster.members] == sorted((m.score for m in cluster.members), reverse=True)
+
+
+@given(
+    scores=st.lists(st.sampled_from([0.5, 0.7, 0.9]), min_size=2, max_size=12),
+    k=st.integers(1, 12),
+    order=st.randoms(use_true_random=False),
+)
+def test_equal_scores_give_the_same_neighbours_and_cluster_in_any_order(
+    scores: list[float], k: int, order: random.Random
+) -> None:
+    """The store returns ties in no fixed order: the same candidates make the same request."""
+    hits = [n(i, s, False) for i, s in enumerate(scores)]
+    shuffled = hits[:]
+    order.shuffle(shuffled)
+    assert top_k(shuffled, k) == top_k(hits, k)
+    assert recurrence("t", shuffled, 0.5, 1) == recurrence("t", hits, 0.5, 1)

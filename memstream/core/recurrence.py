@@ -42,13 +42,19 @@ class Cluster:
         return str(uuid.uuid5(NAMESPACE, "consolidation/" + ",".join(sorted(self.unit_ids))))
 
 
+def _rank(n: Neighbour) -> tuple[float, str]:
+    # Best first, ties by unit id: the store returns equal scores in no fixed order, and the same
+    # turns must make the same requests (the same members, in the same order).
+    return (-n.score, n.unit_id)
+
+
 def top_k(candidates: Iterable[Neighbour], k: int) -> list[Neighbour]:
     """The ``k`` most similar candidates, best first (one entry per unit id)."""
     best: dict[str, Neighbour] = {}
     for n in candidates:
         if n.unit_id not in best or n.score > best[n.unit_id].score:
             best[n.unit_id] = n
-    return sorted(best.values(), key=lambda n: -n.score)[:k]
+    return sorted(best.values(), key=_rank)[:k]
 
 
 def recurrence(
@@ -57,7 +63,7 @@ def recurrence(
     """The cluster to consolidate, or None when the topic has not recurred enough yet."""
     fresh = sorted(
         (n for n in neighbours if n.unit_id != trigger_id and n.score >= theta_sim and not n.consolidated),
-        key=lambda n: -n.score,
+        key=_rank,
     )
     if len(fresh) < theta_count:
         return None
