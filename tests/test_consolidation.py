@@ -115,7 +115,8 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
 ) -> None:
     settings, consolidation, shards = setup
     pipeline = ingest(settings, shards, consolidation)
-    assert requests(pipeline) and pipeline.topics.published(WINDOWS, WindowClosed)
+    assert requests(pipeline)
+    assert pipeline.topics.published(WINDOWS, WindowClosed)
     store = shards.get(0)
     consolidate(pipeline)
     mem = memories(store)
