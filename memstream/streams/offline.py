@@ -11,11 +11,12 @@ topic's records to its handler, as the topology's agents would finish them if wo
 barrier makes a worker wait for that too), then ``consolidation``, ``windows``, and last
 ``deferred``, one record at a time. A handler that waits at the barrier lets the indexer run.
 
-What differs from ``memstream up``, none of it in the memory made:
+What differs from ``memstream up`` (none of it changed the memory in tests/test_one_pipeline.py):
 
 1. One partition and one store (partition 0): every user's records share it, so nothing is
    forwarded to its key's partition and no rebalance hands work on (the takeover half of the barrier
-   never waits). A user's memory is the same on any partition: every read is filtered by user.
+   never waits). Every read is filtered by user; an approximate search over a store holding more
+   users could still rank otherwise (the reason recall briefs are off by default).
 2. Time is simulated. It starts at the wall clock (turns are validated against it) and moves only
    when a handler sleeps (a not-yet-due deferred record goes round once a second; a store outage's
    pause) and at the idle close. Work takes no time, so what waits for a delay (a month's durative
@@ -153,9 +154,8 @@ class InProcess:
         shards: Shards,
         consolidation: Consolidation | None = None,
         batch_size: int | None = None,
-        start: float | None = None,
     ) -> None:
-        self.clock = Clock(time.time() if start is None else start)
+        self.clock = Clock(time.time())  # turns are validated against it, as against a worker's
         self.topics = Topics(self.clock)
         self.batch_size = batch_size or settings.batch_size
         self.processor = IngestProcessor(settings, embedder, shards, self.clock)
