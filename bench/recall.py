@@ -33,14 +33,12 @@ from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample import generate
-from memstream.consumers import build_consolidation
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.recall.config import DEFAULT
 from memstream.core.recall.engine import recall
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
-from memstream.streams.ingest import IngestProcessor
-from memstream.streams.offline import consolidate_all, ingest_all
+from memstream.streams.offline import InProcess
 
 QUESTIONS = [
     "What did I say about {topic}?",
@@ -57,7 +55,6 @@ async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards,
         settings.data_dir / "store",
         [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
     )
-    processor = IngestProcessor(settings, embedder, shards)
     turns = list(islice(generate(users=users, days=365 * 3, tenant="bench"), units))
     last: dict[str, Any] = {}
     topics: dict[str, set[str]] = {}
@@ -65,9 +62,7 @@ async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards,
         last[t.key] = max(last.get(t.key, t.ts), t.ts)
         topics.setdefault(t.key, set()).add(str(t.metadata.get("topic", "life")))
     t0 = time.perf_counter()
-    events = await ingest_all(processor, turns, 512, _progress)
-    consolidation = build_consolidation(settings, embedder, processor.theta_sim)
-    await consolidate_all(consolidation, shards.get(0), events, _progress)
+    await InProcess(settings, embedder, shards, batch_size=512).run(turns, _progress)
     print(file=sys.stderr)
     info = {
         "units": shards.get(0).count(UNITS),

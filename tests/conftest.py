@@ -311,20 +311,12 @@ def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
 def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
     """One store with the sample turns ingested and consolidated (extractive, hash embedder), for
     tests that only read it."""
-    from memstream.adapters.embedders.hashing import HashingEmbedder
     from memstream.adapters.store.shards import EdgeShards
-    from memstream.consumers import build_consolidation
     from tests.test_consolidation import consolidate, ingest
 
     tmp = tmp_path_factory.mktemp("sample-memory")
     settings = Settings(data_dir=tmp, embedder="hash")
-    embedder = HashingEmbedder(settings.hash_dim)
-    shards = EdgeShards(
-        tmp / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
-    )
-    consolidate(
-        build_consolidation(settings, embedder, embedder.default_theta_sim),
-        shards.get(0),
-        ingest(settings, shards),
-    )
+    dim = settings.hash_dim
+    shards = EdgeShards(tmp / "store", [units_spec(dim), views_spec(dim), memories_spec(dim)])
+    consolidate(ingest(settings, shards))
     return shards.get(0)

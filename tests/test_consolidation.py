@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,10 +31,10 @@ from memstream.core.store import Hit, VectorStore, scroll_all
 from memstream.core.tree import covers
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec
-from memstream.schemas.events import ConsolidationRequest, Message, Turn
+from memstream.schemas.events import ConsolidationRequest, Message, Turn, WindowClosed
 from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
-from memstream.streams.ingest import IngestProcessor
-from memstream.streams.offline import Events, consolidate_all, ingest_all
+from memstream.schemas.topics import CONSOLIDATION, WINDOWS
+from memstream.streams.offline import InProcess
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import OpenAIServer
 from tests.conftest import small_talk_requests
@@ -43,14 +43,43 @@ TURNS = list(generate(users=2, days=40, seed=3))
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def ingest(settings: Settings, shards: EdgeShards) -> Events:
-    processor = IngestProcessor(settings, HashingEmbedder(settings.hash_dim), shards)
-    return asyncio.run(ingest_all(processor, TURNS, 64))
+def ingest(
+    settings: Settings,
+    shards: EdgeShards,
+    consolidation: Consolidation | None = None,
+    turns: Sequence[Turn] = TURNS,
+) -> InProcess:
+    """The pipeline in process (streams/offline.py) with ``turns`` ingested, not yet consolidated."""
+    pipeline = InProcess(settings, HashingEmbedder(settings.hash_dim), shards, consolidation, batch_size=64)
+    asyncio.run(pipeline.ingest(turns))
+    return pipeline
 
 
-def consolidate(c: Consolidation, store: VectorStore, events: Events) -> int:
-    """What the app's agents do, in topic order; returns the number of updates applied."""
-    return asyncio.run(consolidate_all(c, store, events))
+def consolidate(pipeline: InProcess) -> None:
+    """What the worker's agents do next (InProcess.settle)."""
+    asyncio.run(pipeline.settle())
+
+
+def consolidate_only(pipeline: InProcess, request_ids: Collection[str]) -> None:
+    """Consolidate these of the published requests, and nothing else."""
+    pipeline.topics.keep_unread(
+        CONSOLIDATION, lambda r: ConsolidationRequest.from_bytes(r.value or b"").request_id in request_ids
+    )
+    pipeline.topics.keep_unread(WINDOWS, lambda _: False)
+    asyncio.run(pipeline.drain())
+
+
+def requests(pipeline: InProcess) -> list[ConsolidationRequest]:
+    return pipeline.topics.published(CONSOLIDATION, ConsolidationRequest)
+
+
+def redeliver(pipeline: InProcess, settings: Settings, shards: EdgeShards, c: Consolidation) -> None:
+    """Every consolidation request and closed window again, to a worker that lost its state."""
+    again = InProcess(settings, HashingEmbedder(settings.hash_dim), shards, c, batch_size=64)
+    for spec in (CONSOLIDATION, WINDOWS):
+        for r in pipeline.topics.logs[spec.name]:
+            again.topics.append(spec.name, r.key or b"", r.value or b"", r.timestamp)
+    asyncio.run(again.drain())
 
 
 def memories(store: VectorStore) -> dict[str, Memory]:
@@ -85,10 +114,11 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     setup: tuple[Settings, Consolidation, EdgeShards],
 ) -> None:
     settings, consolidation, shards = setup
-    events = ingest(settings, shards)
-    assert events.requests and events.windows
+    pipeline = ingest(settings, shards, consolidation)
+    assert requests(pipeline)
+    assert pipeline.topics.published(WINDOWS, WindowClosed)
     store = shards.get(0)
-    consolidate(consolidation, store, events)
+    consolidate(pipeline)
     mem = memories(store)
     kinds = {m.kind for m in mem.values()}
     assert {MemoryKind.EPISODE, MemoryKind.FACT, MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK} <= kinds
@@ -107,9 +137,9 @@ def test_a_replay_builds_episodes_facts_and_every_tree_level(
     # Every recurrence request is folded into one or more episodes, but one of small talk only
     # (recurring "Coffee time here."): it makes nothing, and the writer is not called.
     folded = {r for m in mem.values() if m.kind == MemoryKind.EPISODE for r in m.request_ids}
-    requests = {r.request_id for r in events.requests}
-    small_talk = small_talk_in(store, events.requests)
-    assert small_talk and folded == requests - small_talk
+    asked = {r.request_id for r in requests(pipeline)}
+    small_talk = small_talk_in(store, requests(pipeline))
+    assert small_talk and folded == asked - small_talk
     shards.close()
 
 
@@ -126,12 +156,12 @@ def test_small_talk_only_makes_nothing_and_costs_no_llm_call(tmp_path: Path, ser
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
     consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
-    events = ingest(settings, shards)
+    pipeline = ingest(settings, shards, consolidation)
     store = shards.get(0)
-    small_talk = small_talk_in(store, events.requests)
+    small_talk = small_talk_in(store, requests(pipeline))
     assert small_talk, "the sample has recurring small talk"
     calls = server.usage_totals["calls"]
-    consolidate(consolidation, store, Events([r for r in events.requests if r.request_id in small_talk], []))
+    consolidate_only(pipeline, small_talk)
     assert server.usage_totals["calls"] == calls
     assert memories(store) == {}
     shards.close()
@@ -145,7 +175,7 @@ def test_provenance_names_the_turns_a_memory_states_and_covers_its_subtree(
 ) -> None:
     settings, consolidation, shards = setup
     store = shards.get(0)
-    consolidate(consolidation, store, ingest(settings, shards))
+    consolidate(ingest(settings, shards, consolidation))
     mem = memories(store)
     units = [unit_from_payload(h.payload) for h in scroll_all(store, UNITS)]
     said = {(u.key, u.turn_id): u.text for u in units}
@@ -216,11 +246,11 @@ def test_the_same_events_twice_give_the_same_memory(
     setup: tuple[Settings, Consolidation, EdgeShards],
 ) -> None:
     settings, consolidation, shards = setup
-    events = ingest(settings, shards)
+    pipeline = ingest(settings, shards, consolidation)
     store = shards.get(0)
-    consolidate(consolidation, store, events)
+    consolidate(pipeline)
     first = {k: m.model_dump() for k, m in memories(store).items()}
-    consolidate(consolidation, store, events)  # redelivered requests and windows
+    redeliver(pipeline, settings, shards, consolidation)
     assert {k: m.model_dump() for k, m in memories(store).items()} == first
     shards.close()
 
@@ -236,8 +266,7 @@ def test_llm_tokens_counted_equal_the_servers_usage(tmp_path: Path) -> None:
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
         )
         consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
-        events = ingest(settings, shards)
-        consolidate(consolidation, shards.get(0), events)
+        consolidate(ingest(settings, shards, consolidation))
         assert consolidation.llm is not None
         totals = consolidation.llm.usage_totals()
         assert sum(t["calls"] for t in totals.values()) == server.usage_totals["calls"] > 0
@@ -281,14 +310,14 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
         )
         consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
-        events = ingest(settings, shards)
-        users = {r.key for r in events.requests}
+        pipeline = ingest(settings, shards, consolidation)
+        users = {r.key for r in requests(pipeline)}
         store = shards.get(0)
-        small_talk = small_talk_in(store, events.requests)
-        said = [r for r in events.requests if r.request_id not in small_talk]
-        one_user = Events([r for r in said if r.key == sorted(users)[0]][:2], [])
-        assert len(one_user.requests) == 2
-        consolidate(consolidation, store, one_user)
+        small_talk = small_talk_in(store, requests(pipeline))
+        said = [r for r in requests(pipeline) if r.request_id not in small_talk]
+        one_user = [r.request_id for r in said if r.key == sorted(users)[0]][:2]
+        assert len(one_user) == 2
+        consolidate_only(pipeline, one_user)
         facts = sorted(
             (m for m in memories(store).values() if m.kind == MemoryKind.FACT), key=lambda m: m.start
         )
@@ -302,9 +331,9 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
 
 def test_invalidate_and_delete_are_idempotent(setup: tuple[Settings, Consolidation, EdgeShards]) -> None:
     settings, consolidation, shards = setup
-    events = ingest(settings, shards)
+    pipeline = ingest(settings, shards, consolidation)
     store = shards.get(0)
-    consolidate(consolidation, store, Events(events.requests[:1], []))
+    consolidate_only(pipeline, [requests(pipeline)[0].request_id])
     some = next(m for m in memories(store).values() if m.kind == MemoryKind.EPISODE)
     from memstream.schemas.memory import MemoryUpdate
 
@@ -351,10 +380,10 @@ def test_recurrence_reuses_the_stored_unit_vectors_and_embeds_only_missing_ones(
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
-    events = ingest(settings, shards)  # the same hashing embedder, uncounted
+    pipeline = ingest(settings, shards)  # the same hashing embedder, uncounted
     store = shards.get(0)
     recurrence = build_consolidation(settings, embedder, embedder.default_theta_sim).recurrence
-    req = max(events.requests, key=lambda r: len(r.unit_ids))
+    req = max(requests(pipeline), key=lambda r: len(r.unit_ids))
     units = sorted(
         (unit_from_payload(h.payload) for h in store.retrieve(UNITS, req.unit_ids)),
         key=lambda u: (u.ts, u.unit_id),
@@ -439,13 +468,8 @@ def test_session_day_and_week_headers_name_only_the_speakers_and_hold_no_markup(
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
-    processor = IngestProcessor(settings, embedder, shards)
     store = shards.get(0)
-    consolidate(
-        build_consolidation(settings, embedder, embedder.default_theta_sim),
-        store,
-        asyncio.run(ingest_all(processor, caption_turns(), 64)),
-    )
+    consolidate(ingest(settings, shards, turns=caption_turns()))
     headers = {
         m.memory_id: (m.kind, m.text.splitlines()[0])
         for m in memories(store).values()
@@ -474,8 +498,8 @@ def test_a_closed_session_writes_dated_third_person_observations_of_its_turns(tm
     )
     store = shards.get(0)
     consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
-    events = asyncio.run(ingest_all(IngestProcessor(settings, embedder, shards), caption_turns(), 64))
-    consolidate(consolidation, store, events)
+    pipeline = ingest(settings, shards, consolidation, caption_turns())
+    consolidate(pipeline)
     observed = sorted(
         (m for m in memories(store).values() if m.kind == MemoryKind.OBSERVATION), key=lambda m: m.start
     )
@@ -503,6 +527,6 @@ def test_a_closed_session_writes_dated_third_person_observations_of_its_turns(tm
         assert m.level == 1 and m.extractive and m.start == m.end <= m.recorded_at
         assert "[" not in m.text and "shares a photo" not in m.text
     first = {k: m.model_dump() for k, m in memories(store).items()}
-    consolidate(consolidation, store, events)  # redelivered windows
+    redeliver(pipeline, settings, shards, consolidation)
     assert {k: m.model_dump() for k, m in memories(store).items()} == first
     shards.close()

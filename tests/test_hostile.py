@@ -10,7 +10,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from memstream.core.units import UNITS, units_spec
 from memstream.core.validation import Rejection, validate
 from memstream.schemas.events import (
     MAX_CONTENT_CHARS,
+    ConsolidationRequest,
     DeadLetter,
     DeadLetterStage,
     Message,
@@ -62,11 +63,11 @@ from memstream.schemas.events import (
     unit_id_for,
 )
 from memstream.schemas.memory import Memory, MemoryKind, MemoryOp, MemoryUpdate
-from memstream.schemas.topics import ALL_TOPICS
+from memstream.schemas.topics import ALL_TOPICS, CONSOLIDATION
 from memstream.streams.decisions import DeadLettered
 from memstream.streams.handlers import read
 from memstream.streams.ingest import Incoming, IngestProcessor
-from memstream.streams.offline import consolidate_all, ingest_all
+from memstream.streams.offline import InProcess
 from memstream.testing.openai_server import OpenAIServer
 from tests.test_llm import make_settings
 from tests.test_validation import LIMITS, NOW, good
@@ -638,24 +639,27 @@ def test_an_injection_turn_changes_nothing_on_the_extractive_path(
     ops: list[MemoryOp] = []
     apply = c.indexer.apply
 
-    async def recording(store_: VectorStore, updates: list[MemoryUpdate]) -> None:
+    async def recording(
+        store_: VectorStore, updates: Sequence[MemoryUpdate], keep: Callable[[MemoryUpdate], bool]
+    ) -> None:
         ops.extend(u.op for u in updates)
-        await apply(store_, updates)
+        await apply(store_, updates, keep)
 
     monkeypatch.setattr(c.indexer, "apply", recording)
 
-    processor = IngestProcessor(settings_, embedder, shards)
-    asyncio.run(consolidate_all(c, store, asyncio.run(ingest_all(processor, BASE_TURNS, 64))))
+    asyncio.run(InProcess(settings_, embedder, shards, c, batch_size=64).run(BASE_TURNS))
     units_before, mems_before = snapshot(store)
     assert mems_before and units_before
     ops.clear()
 
     # A month after the conversation ends, so no earlier window or profile is in reach.
     hostile = hostile_turns(max(t.ts for t in BASE_TURNS) + timedelta(days=40))
-    processor = IngestProcessor(settings_, embedder, shards)
-    events = asyncio.run(ingest_all(processor, hostile, 64))
-    assert events.requests, "the repeated injection must recur and reach consolidation"
-    asyncio.run(consolidate_all(c, store, events))
+    pipeline = InProcess(settings_, embedder, shards, c, batch_size=64)
+    asyncio.run(pipeline.ingest(hostile))
+    assert pipeline.topics.published(CONSOLIDATION, ConsolidationRequest), (
+        "the repeated injection must recur and reach consolidation"
+    )
+    asyncio.run(pipeline.settle())
     units_after, mems_after = snapshot(store)
 
     assert MemoryOp.DELETE not in ops and MemoryOp.INVALIDATE not in ops
@@ -881,11 +885,9 @@ def test_no_secret_or_message_text_reaches_the_logs(tmp_path: Path, caplog: pyte
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
-    processor = IngestProcessor(s, embedder, shards)
-    events = asyncio.run(ingest_all(processor, turns, 4))
-    asyncio.run(
-        consolidate_all(build_consolidation(s, embedder, embedder.default_theta_sim), shards.get(0), events)
-    )
+    pipeline = InProcess(s, embedder, shards, batch_size=4)
+    asyncio.run(pipeline.run(turns))
+    processor = pipeline.processor
     # Rejected input and a reused turn_id (dead-letter paths) carry the same text.
     bad = [
         Incoming(

@@ -59,8 +59,7 @@ from memstream.core.units import UNITS, unit_from_payload, units_spec
 from memstream.schemas.events import ConsolidationRequest, DeadLetter, Deferred, WindowClosed
 from memstream.schemas.memory import Memory, MemoryKind
 from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, DEFERRED, MEMORY_UPDATES, WINDOWS
-from memstream.streams.ingest import IngestProcessor
-from memstream.streams.offline import ingest_all
+from memstream.streams.offline import InProcess
 from memstream.testing.chat_responder import respond
 from memstream.testing.openai_server import CHAT_PATH, ApiError, Failure, OpenAIServer
 from tests.conftest import Pipeline, committed, make_pipeline, small_talk_requests, stored, wait_for
@@ -444,12 +443,10 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
         )
         try:
-            events = asyncio.run(
-                ingest_all(
-                    IngestProcessor(settings, embedder, shards), list(generate(users=1, days=20, seed=3)), 64
-                )
-            )
             consolidation = build_consolidation(settings, embedder, embedder.default_theta_sim)
+            pipeline = InProcess(settings, embedder, shards, consolidation, batch_size=64)
+            asyncio.run(pipeline.ingest(generate(users=1, days=20, seed=3)))
+            requests = pipeline.topics.published(CONSOLIDATION, ConsolidationRequest)
             chat = server.routes[CHAT_PATH]
             failed: list[int] = []
 
@@ -461,8 +458,8 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
 
             server.routes[CHAT_PATH] = facts_fail_once
             units = [unit_from_payload(h.payload) for h in scroll_all(shards.get(0), UNITS)]
-            chit_chat = small_talk_requests(events.requests, units)
-            request = next(r for r in events.requests if r.request_id not in chit_chat)
+            chit_chat = small_talk_requests(requests, units)
+            request = next(r for r in requests if r.request_id not in chit_chat)
             with pytest.raises(LLMUnavailable):
                 asyncio.run(consolidation.recurrence.handle(shards.get(0), request))
             updates = asyncio.run(consolidation.recurrence.handle(shards.get(0), request))

@@ -3,10 +3,10 @@ flat retrieval over the raw turns, scored on the text returned rather than on th
 
 Each LoCoMo conversation becomes one user of ``tenant`` (its two speakers as roles, each session's
 date_time as dialogue time, turn ids = the dataset's dia_ids, a shared photo's caption appended to its
-turn, as ``memstream replay --format locomo`` sends them). The turns go through the ingest processor and
-the consolidators (the configured writer; extractive without an LLM) on a fresh embedded store, in
-process and in topic order, then every question is asked through ``memstream.core.recall.engine.recall`` with
-``now`` = the day after the last session.
+turn, as ``memstream replay --format locomo`` sends them). The turns go through the pipeline's own handlers in
+process (``memstream.streams.offline``: the configured writer, extractive without an LLM) on a fresh embedded
+store, then every question is asked through ``memstream.core.recall.engine.recall`` with ``now`` = the day
+after the last session.
 
 The same run ranks the user's raw turns for each question with the flat baselines of
 ``memstream.apps.baselines`` (hybrid, weighted by the ``FLAT_HYBRID`` preset; dense; BM25; same embedder) and
@@ -54,7 +54,6 @@ from memstream.apps import baselines
 from memstream.apps.baselines import RawTurn
 from memstream.apps.datasets import locomo_turns, parse_locomo_time, session_numbers
 from memstream.apps.scoring import answer_recall, id_recall, text_recall
-from memstream.consumers import build_consolidation
 from memstream.core.embedder import Embedder
 from memstream.core.memories import memories_spec
 from memstream.core.recall.config import FLAT_HYBRID
@@ -63,8 +62,7 @@ from memstream.core.recall.rank import tokens
 from memstream.core.unit_views import views_spec
 from memstream.core.units import render_text, units_spec
 from memstream.schemas.events import DEFAULT_TENANT, partition_key
-from memstream.streams.ingest import IngestProcessor
-from memstream.streams.offline import consolidate_all, ingest_all
+from memstream.streams.offline import InProcess
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 MEMSTREAM = "memstream"
@@ -141,9 +139,7 @@ async def build_memory(settings: Settings, embedder: Embedder, path: Path, tenan
         settings.data_dir / "store",
         [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
     )
-    processor = IngestProcessor(settings, embedder, shards)
-    events = await ingest_all(processor, locomo_turns(path, tenant=tenant), settings.batch_size)
-    await consolidate_all(build_consolidation(settings, embedder, processor.theta_sim), shards.get(0), events)
+    await InProcess(settings, embedder, shards).run(locomo_turns(path, tenant=tenant))
     return shards
 
 
