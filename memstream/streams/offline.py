@@ -58,12 +58,11 @@ from memstream.streams.handlers import (
     IdleWindows,
     Indexing,
     Ingesting,
-    Received,
     Requests,
     Retries,
     Summaries,
 )
-from memstream.streams.ingest import IngestProcessor
+from memstream.streams.ingest import Incoming, IngestProcessor
 from memstream.streams.publish import Publisher
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
 
@@ -103,7 +102,7 @@ class Topics:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self.logs: dict[str, list[Received]] = {spec.name: [] for spec in ALL_TOPICS}
+        self.logs: dict[str, list[Incoming]] = {spec.name: [] for spec in ALL_TOPICS}
         self.read = dict.fromkeys(self.logs, 0)
 
     async def send(
@@ -115,16 +114,16 @@ class Topics:
 
     def append(self, topic: str, key: bytes, value: bytes, timestamp: float | None) -> None:
         log = self.logs[topic]
-        log.append(Received(key, value, topic, PARTITION, len(log), timestamp))
+        log.append(Incoming.read(key, value, topic, PARTITION, len(log), timestamp))
 
-    def take(self, spec: TopicSpec, limit: int) -> list[Received]:
+    def take(self, spec: TopicSpec, limit: int) -> list[Incoming]:
         """Up to ``limit`` records not read yet, now read."""
         start = self.read[spec.name]
         taken = self.logs[spec.name][start : start + limit]
         self.read[spec.name] = start + len(taken)
         return taken
 
-    def keep_unread(self, spec: TopicSpec, keep: Callable[[Received], bool]) -> None:
+    def keep_unread(self, spec: TopicSpec, keep: Callable[[Incoming], bool]) -> None:
         """Drop the unread records ``keep`` rejects (for tests that consolidate part of the input)."""
         log, start = self.logs[spec.name], self.read[spec.name]
         log[start:] = [r for r in log[start:] if keep(r)]
@@ -182,14 +181,14 @@ class InProcess:
         retries = Retries(step, c.tree.durative)
         self.indexing = Indexing(c.indexer.apply, shards.get, no_one_gone, self.clock, self.clock.sleep)
 
-        async def request(r: Received) -> None:
+        async def request(r: Incoming) -> None:
             await self.publish(await requests.request(r))
 
-        async def deferred(r: Received) -> None:
+        async def deferred(r: Incoming) -> None:
             await self.publish(await retries.deferred(r))
 
         # The agents that take one record at a time, in the order their topics are drained.
-        self.agents: dict[TopicSpec, Callable[[Received], Awaitable[None]]] = {
+        self.agents: dict[TopicSpec, Callable[[Incoming], Awaitable[None]]] = {
             CONSOLIDATION: request,
             WINDOWS: summaries.window,
             DEFERRED: deferred,
