@@ -78,7 +78,7 @@ def redeliver(pipeline: InProcess, settings: Settings, shards: EdgeShards, c: Co
     again = InProcess(settings, HashingEmbedder(settings.hash_dim), shards, c, batch_size=64)
     for spec in (CONSOLIDATION, WINDOWS):
         for r in pipeline.topics.logs[spec.name]:
-            again.topics.append(spec.name, r.key or b"", r.value or b"", r.timestamp)
+            again.topics.append(spec.name, r.key_bytes or b"", r.value or b"", r.timestamp)
     asyncio.run(again.drain())
 
 
