@@ -12,7 +12,7 @@ import orjson
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.gateway.app import recall_item
+from memstream.apps.gateway.routes.recall import recall_item
 from memstream.core.memories import memories_spec
 from memstream.core.recall.tools import run_tool
 from memstream.core.recall.wire import Ask, answer, recalled_from_wire, recalled_to_wire
