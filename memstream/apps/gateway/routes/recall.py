@@ -18,8 +18,7 @@ from memstream.apps.gateway.updates import Event, position
 from memstream.core.memories import MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
-from memstream.core.recall.engine import Recalled
-from memstream.core.recall.wire import Ask
+from memstream.core.recall.engine import Ask, Recalled
 from memstream.core.store import Filter, Range, scroll_all
 from memstream.core.units import USER_FIELD
 from memstream.schemas.api import (
@@ -39,14 +38,14 @@ HEARTBEAT_S = 15.0
 @router.post("/v1/recall", response_model=RecallResponse)
 def post_recall(body: RecallRequest, tenant: Tenant, svc: Svc) -> RecallResponse:
     """Time-aware hierarchical recall: dated items within ``budget_tokens`` and a rendered context."""
-    return _recall(svc, tenant, body)
+    return _recall_response(svc, tenant, body)
 
 
 @router.post("/v1/answer", response_model=AnswerResponse)
 async def post_answer(body: RecallRequest, tenant: Tenant, svc: Svc) -> AnswerResponse:
     """Recall, then ask the configured chat model to answer from the dated context. Without a
     model the context is returned and ``note`` says that no model answered."""
-    recalled = await run_in_threadpool(_recall, svc, tenant, body)
+    recalled = await run_in_threadpool(_recall_response, svc, tenant, body)
     if svc.llm is None:
         note = "no LLM configured (MEMSTREAM_LLM_BASE_URL): no model answered; the context is returned"
         return AnswerResponse(answer=None, answered_by=None, note=note, recall=recalled)
@@ -167,9 +166,9 @@ def recall_item(item: rank.Item, score: float) -> RecallItem:
     )
 
 
-def _recall(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
-    """The recall, run by the worker that holds the user's shard with the embedded store (one request,
-    the query embedded here), else here on the Qdrant server."""
+def _recall_response(svc: Services, tenant: str, body: RecallRequest) -> RecallResponse:
+    """The recall (``engine.recall``), run by the worker that holds the user's shard with the embedded
+    store (one request, the query embedded here), else here on the Qdrant server."""
     key = partition_key(tenant, body.user_id)
     ask = Ask(
         user_key=key,
