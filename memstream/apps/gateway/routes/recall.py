@@ -18,7 +18,7 @@ from memstream.apps.gateway.updates import Event, position
 from memstream.core.memories import MEMORIES, memory_from_payload
 from memstream.core.prompts import ANSWER
 from memstream.core.recall import rank
-from memstream.core.recall.engine import Ask, Recalled
+from memstream.core.recall.engine import Ask, Recalled, item_of
 from memstream.core.store import Filter, Range, scroll_all
 from memstream.core.units import USER_FIELD
 from memstream.schemas.api import (
@@ -76,23 +76,14 @@ def get_timeline(
     key = partition_key(tenant, user_id)
     ranges = {"start_epoch": Range(lt=end.timestamp())} if end else {}
     hits = scroll_all(svc.store(key), MEMORIES, Filter(equals={USER_FIELD: key}, ranges=ranges))
-    nodes = []
-    for hit in hits:
-        m = memory_from_payload(hit.payload)
-        if m.level < min_level or (start and (m.end or m.start) < start):
-            continue
-        nodes.append(
-            TimelineNode(
-                id=m.memory_id,
-                kind=m.kind.value,
-                level=m.level,
-                text=m.text,
-                start=m.start,
-                end=m.end,
-                parent_id=m.parent_id,
-                children=list(m.children),
-            )
-        )
+    # A node is the memory as recall sees it (the one conversion, ``engine.item_of``), less the fields
+    # only recall reads.
+    items = (item_of(memory_from_payload(hit.payload), 0.0) for hit in hits)
+    nodes = [
+        TimelineNode.model_validate(i, from_attributes=True)
+        for i in items
+        if i.level >= min_level and not (start and (i.end or i.start) < start)
+    ]
     nodes.sort(key=lambda n: (n.start or datetime.min.replace(tzinfo=UTC), -n.level, n.id))
     return Timeline(user_id=user_id, nodes=nodes)
 
