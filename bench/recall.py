@@ -32,7 +32,7 @@ import orjson
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.consumers import build_consolidation
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.recall.config import DEFAULT

@@ -33,7 +33,7 @@ from memstream.adapters.kafka import ensure_topics, partition_for, read_topic, s
 from memstream.apps.datasets import RawRecord
 from memstream.apps.gateway.deps import SEND_TIMEOUT_S
 from memstream.apps.replay import ReplayReport, replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.schemas.events import ConsolidationRequest, Turn
 from memstream.schemas.memory import MemoryKind, MemoryOp, MemoryUpdate

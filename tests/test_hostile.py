@@ -33,7 +33,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway import auth
 from memstream.apps.gateway.app import create_app
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.consumers import build_consolidation
 from memstream.consumers.llm_writer import LLMWriter
 from memstream.consumers.writer import EpisodeDraft, Scope, Source

@@ -19,7 +19,7 @@ from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.embedder import Vectors
 from memstream.core.forgetting import erase_user
 from memstream.core.memories import memories_spec

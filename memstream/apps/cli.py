@@ -680,7 +680,7 @@ def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_sample(args: argparse.Namespace, settings: Settings) -> int:
-    from memstream.apps.sample import generate
+    from memstream.apps.sample_conversations import generate
 
     n = 0
     with args.out.open("wb") as fh:
