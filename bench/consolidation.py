@@ -69,7 +69,7 @@ from memstream.core.units import UNITS, units_spec
 
 # The repository root, for bench/users.py when run as `python bench/consolidation.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.load import start_up, stop
+from bench.harness import start_up, stop
 from bench.phases import WORKER_ENV, replay_until_settled
 from bench.users import Source, many_users, source_records
 from memstream.testing.chat_responder import respond

@@ -45,9 +45,9 @@ from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings
 
-# The repository root, for bench/load.py when run as `python bench/freshness.py`.
+# The repository root, for bench/harness.py when run as `python bench/freshness.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.load import (
+from bench.harness import (
     KEY,
     NOW,
     QUERIES,

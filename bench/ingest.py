@@ -39,7 +39,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.core.unit_views import views_spec, with_sentences
 from memstream.core.units import UNITS, render_text, unit_from_payload, units_spec

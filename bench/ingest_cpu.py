@@ -27,7 +27,7 @@ import orjson
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import open_shards, scroll_all
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.store import VectorStore
 from memstream.core.unit_views import UNIT_VIEWS, views_spec
 from memstream.core.units import UNITS, units_spec

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.load import wait
+from bench.harness import wait
 from bench.users import sessions, sessions_closed
 from memstream.adapters.kafka import settled
 from memstream.adapters.settings import Settings

@@ -32,10 +32,10 @@ import orjson
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.recall.config import DEFAULT
-from memstream.core.recall.engine import recall
+from memstream.core.recall.engine import Ask, recall
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec
 from memstream.streams.offline import InProcess
@@ -100,9 +100,7 @@ async def run(
             for n in lexical[first:] + lexical[:first]:
                 config = replace(DEFAULT, lexical_candidates=n)
                 t0 = time.perf_counter()
-                result = recall(
-                    store, model, user_key=key, query=question, now=now, budget_tokens=budget, config=config
-                )
+                result = recall(store, model, Ask(key, question, now, budget_tokens=budget), config)
                 latencies[n].append((time.perf_counter() - t0) * 1000)
                 returned[n].append(len(result.items))
         shards.close()

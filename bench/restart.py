@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.load import start_up, stop, wait
+from bench.harness import start_up, stop, wait
 from bench.soak import memory_kib
 from bench.users import many_users, source_records
 from memstream.adapters.broker import Broker, free_port

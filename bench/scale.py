@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from bench.load import start_up, stop, wait
+from bench.harness import start_up, stop, wait
 from bench.soak import memory_kib
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.kafka import client_kwargs, read_records, wait_processed

@@ -46,7 +46,7 @@ from typing import Any
 
 import orjson
 
-from bench.load import start_up, stop
+from bench.harness import start_up, stop
 from bench.phases import WORKER_ENV, replay_until_settled
 from bench.users import Source, many_users, source_records
 from memstream.adapters.broker import Broker, free_port

@@ -4,8 +4,8 @@
 
 Starts its own Tansu broker and one `memstream up` (one worker, every role, hash embedder, no
 gateway), warms it up (partitions owned, first turns stored), then produces --turns generated
-turns (memstream.apps.sample, --users users interleaved day by day) into the turns topic as fast as
-the producer goes, so that a backlog builds up while the worker reads. Every second while the
+turns (memstream.apps.sample_conversations, --users users interleaved day by day) into the turns
+topic as fast as the producer goes, so that a backlog builds up while the worker reads. Every second while the
 worker drains it, it samples
 
 * the RSS of `memstream up` and of every process below it (Linux: /proc/<pid>/status; VmRSS,
@@ -53,14 +53,14 @@ from typing import Any
 
 import orjson
 
-from bench.load import start_up, stop, wait
+from bench.harness import start_up, stop, wait
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import settled, wait_processed
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, unit_from_payload, units_spec

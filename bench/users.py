@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memstream.apps.datasets import RawRecord, read_records
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.schemas.events import Turn
 
 Source = Literal["locomo", "sample"]

@@ -20,12 +20,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
 from memstream.adapters import metrics
 from memstream.adapters.broker import Broker, free_port
-from memstream.apps.gateway.app import Admission, Gate, Tenant
+from memstream.adapters.settings import Settings
+from memstream.apps.gateway.app import create_app
 from memstream.apps.gateway.auth import Bucket, evict_full, parse_keys, presented_key
+from memstream.apps.gateway.deps import Tenant
+from memstream.apps.gateway.gate import Admission, Gate, needs_tenant, reachable
 from tests.conftest import make_pipeline, ready, wait_for
 
 KEY_A = "tenant-a-key-0123456789abcdef"
@@ -164,6 +168,47 @@ def test_an_unhandled_error_is_a_500_logged_as_its_type_and_route_only(
     lines = [(r.name, r.levelname, r.getMessage(), r.exc_info, r.exc_text) for r in caplog.records]
     assert ("memstream.gateway", "ERROR", "unhandled RuntimeError on GET /boom", None, None) in lines, lines
     assert not [line for line in lines if LOG_MARKER in str(line)], lines
+
+
+def test_the_gate_rate_limits_and_names_the_routes_of_included_routers() -> None:
+    """FastAPI keeps an included router as one route holding it: the gate looks inside, so a route
+    of a router is rate limited and counted under its own path (only the gate rate limits)."""
+    app = FastAPI()
+    router = APIRouter()
+
+    @router.get("/inner")
+    async def inner(tenant: Tenant) -> str:
+        return tenant
+
+    app.include_router(router)
+    app.add_middleware(Gate, admission=Admission(parse_keys(json.dumps(KEYS)), 1e-3, 1, 10, 10, 0.5))
+
+    async def scenario() -> None:
+        async with _client(app) as client, asyncio.timeout(10):
+            before = metrics.GATEWAY_REQUESTS.labels("/inner", "429")._value.get()
+            assert (await client.get("/inner", headers=_bearer(KEY_A))).json() == "tenanta"
+            limited = await client.get("/inner", headers=_bearer(KEY_A))
+            assert limited.status_code == 429, limited.text
+            assert limited.json()["detail"] == "rate limit exceeded"
+            assert metrics.GATEWAY_REQUESTS.labels("/inner", "429")._value.get() == before + 1
+
+    asyncio.run(scenario())
+
+
+def test_the_gate_finds_every_route_of_the_gateway_and_which_need_a_tenant() -> None:
+    """Every path of the OpenAPI document is a route the gate reaches; all of /v1 but the tool
+    schemas need a tenant (so a key and its rate limit), the probes, scrapes and the dashboard none."""
+    app = create_app(Settings())
+    routes = [r for r in reachable(app.router.routes) if isinstance(r, APIRoute) and r.include_in_schema]
+    assert {r.path for r in routes} == set(app.openapi()["paths"])
+    open_routes = {(m, r.path) for r in routes if not needs_tenant(r) for m in r.methods}
+    assert open_routes == {
+        ("GET", "/v1/tools"),
+        *(("GET", path) for path in ("/healthz", "/readyz", "/metrics", "/dashboard", "/dashboard/data")),
+    }
+    # turns, a turn, recall, answer, timeline, updates, a tool, memories, a memory and its delete, export,
+    # delete of a user
+    assert len(routes) - len(open_routes) == 12
 
 
 def test_refilled_buckets_are_evicted_and_draining_ones_kept() -> None:

@@ -8,7 +8,7 @@ from itertools import islice
 
 from bench.users import many_users, sessions, sessions_closed
 from memstream.apps.datasets import RawRecord
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.schemas.events import Turn
 
 

@@ -35,7 +35,7 @@ from memstream.adapters.kafka_server import KafkaServer
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.schemas.events import Turn
 from tests.conftest import AnyBroker, make_pipeline, ready, wait_for
 from tests.test_faults import status_or_none

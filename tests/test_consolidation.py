@@ -20,7 +20,7 @@ import pytest
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.consumers import Consolidation, build_consolidation
 from memstream.consumers.extractive import sentences
 from memstream.consumers.indexer import Indexer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memstream.apps.cli import main
 from memstream.apps.demo import SAMPLE
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.schemas.export import stale
 
 ROOT = Path(__file__).resolve().parents[1]

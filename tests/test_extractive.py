@@ -40,8 +40,10 @@ from memstream.consumers.extractive.summaries import retitled
 from memstream.consumers.writer import (
     EpisodeDraft,
     FactDraft,
+    ProfileRequest,
     Scope,
     Source,
+    SummaryRequest,
     Writer,
     Written,
     stamp,
@@ -663,7 +665,7 @@ def test_a_time_update_supersedes_current_facts_in_the_same_slot() -> None:
 
 
 def test_session_summary_says_who_did_what_in_the_third_person() -> None:
-    written = summary(SCOPE, MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, [])
+    written = summary(SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON + timedelta(hours=1), SESSION_1, []))
     assert written.text.split("\n") == [
         "Session on 8 May 2023 (Caroline, Melanie):",
         "Caroline went to the LGBTQ support group on 7 May. The support group made Caroline feel accepted "
@@ -678,15 +680,19 @@ def test_session_summary_says_who_did_what_in_the_third_person() -> None:
 def test_day_and_week_summaries_tell_the_turns_below_them() -> None:
     sessions = [
         memory_source(
-            f"s{i}", part[-1].ts, summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, []).text
+            f"s{i}",
+            part[-1].ts,
+            summary(SCOPE, SummaryRequest(MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])).text,
         )
         for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3])
     ]
-    day = summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], [], SESSION_1 + SESSION_2).text
+    day = summary(
+        SCOPE, SummaryRequest(MemoryKind.DAY, MON, THU, sessions[:2], [], SESSION_1 + SESSION_2)
+    ).text
     assert day.startswith("Day 8 May 2023:\nCaroline went to the LGBTQ support group")
     assert len(day.split("\n")) == 3  # a line per speaker, both sessions in it
     assert "Melanie ran a charity race for mental health on 20 May." in day
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS)
+    week = summary(SCOPE, SummaryRequest(MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS))
     lines = week.text.split("\n")
     assert lines[0] == "Week of 8 May 2023:"
     assert [line[: len("On 25 May 2023, ")] for line in lines[1:]] == [
@@ -696,24 +702,26 @@ def test_day_and_week_summaries_tell_the_turns_below_them() -> None:
     assert "On 9 June 2023, Caroline moved to Boston in the week of 29 May" in week.text
     assert not bare_relatives(week.text)
     # without the turns below it, a day quotes its children's sentences
-    assert summary(SCOPE, MemoryKind.DAY, MON, THU, sessions[:2], []).text.startswith("Day 8 May 2023:\n")
+    assert summary(SCOPE, SummaryRequest(MemoryKind.DAY, MON, THU, sessions[:2], [])).text.startswith(
+        "Day 8 May 2023:\n"
+    )
 
 
 def test_a_session_of_small_talk_only_quotes_it() -> None:
     chat = [SESSION_1[0], SESSION_1[3]]  # a greeting and a reaction: nothing to tell
-    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, chat, []).text.startswith(
+    assert summary(SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON, chat, [])).text.startswith(
         "Session on 8 May 2023 (Caroline, Melanie):\nOn 8 May 2023, "
     )
 
 
 def test_summary_avoids_repeating_the_latest_history() -> None:
     children = SESSION_1 + SESSION_2
-    first = summary(SCOPE, MemoryKind.DAY, MON, THU, children, []).text
+    first = summary(SCOPE, SummaryRequest(MemoryKind.DAY, MON, THU, children, [])).text
     history = [
         memory_source("h", MON, first),
         memory_source("older", MON - timedelta(days=7), "Caroline: Hi."),
     ]
-    second = summary(SCOPE, MemoryKind.DAY, MON, THU, children, history).text
+    second = summary(SCOPE, SummaryRequest(MemoryKind.DAY, MON, THU, children, history)).text
 
     def said(text: str) -> set[str]:
         return {re.sub(r"^On [^,]+, ", "", s) for s in split_sentences(text.split("\n")[1])}
@@ -722,8 +730,13 @@ def test_summary_avoids_repeating_the_latest_history() -> None:
     assert not said(first) & said(second)
     # when everything was said already, it still says something
     only = [SESSION_1[2]]
-    said = summary(SCOPE, MemoryKind.SESSION, MON, MON, only, []).text
-    assert summary(SCOPE, MemoryKind.SESSION, MON, MON, only, [memory_source("h", MON, said)]).text == said
+    said = summary(SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON, only, [])).text
+    assert (
+        summary(
+            SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON, only, [memory_source("h", MON, said)])
+        ).text
+        == said
+    )
 
 
 def test_profile_states_each_persons_traits_once_with_updates_and_the_previous_lines() -> None:
@@ -735,7 +748,10 @@ def test_profile_states_each_persons_traits_once_with_updates_and_the_previous_l
         "lives in New York (since 3 April 2023)",
     )
     text = profile(
-        SCOPE, datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC), ALL_UNITS, previous
+        SCOPE,
+        ProfileRequest(
+            datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC), ALL_UNITS, previous
+        ),
     ).text
     assert text.split("\n") == [
         "Profile as of May 2023:",
@@ -748,10 +764,12 @@ def test_profile_states_each_persons_traits_once_with_updates_and_the_previous_l
     # refining with the same month again does not repeat a statement
     again = profile(
         SCOPE,
-        datetime(2023, 5, 1, tzinfo=UTC),
-        datetime(2023, 6, 1, tzinfo=UTC),
-        ALL_UNITS,
-        memory_source("p2", FRI, text),
+        ProfileRequest(
+            datetime(2023, 5, 1, tzinfo=UTC),
+            datetime(2023, 6, 1, tzinfo=UTC),
+            ALL_UNITS,
+            memory_source("p2", FRI, text),
+        ),
     )
     assert again.text == text
 
@@ -762,7 +780,7 @@ def test_profile_notes_a_statement_said_again_on_another_day() -> None:
         unit("b", THU, ("Jon", "I love dancing in the rain!")),
         unit("c", FRI, ("Jon", "I love dancing with my friends, always.")),
     ]
-    written = profile(SCOPE, MON, FRI, twice, None)
+    written = profile(SCOPE, ProfileRequest(MON, FRI, twice, None))
     assert written.text == (
         "Profile as of June 2023:\n"
         "Jon — loves dancing in the rain (since 25 May 2023); "
@@ -791,12 +809,12 @@ def test_profile_is_capped_per_person_and_falls_back_to_the_most_central_sentenc
         unit(f"l{i:02}", MON + timedelta(days=i), ("Caroline", f"I love board game number {i}."))
         for i in range(20)
     ]
-    lines = profile(SCOPE, MON, MON + timedelta(days=20), likes, None).text.split("\n")
+    lines = profile(SCOPE, ProfileRequest(MON, MON + timedelta(days=20), likes, None)).text.split("\n")
     assert len(lines) == 2
     said = re.findall(r"number (\d+)", lines[1])
     assert sorted(map(int, said)) == list(range(20 - ex.PROFILE_STATEMENTS, 20))  # the most recent
     plain = [unit("x", MON, ("Caroline", "The support group meets at the community centre downtown."))]
-    assert profile(SCOPE, MON, MON, plain, None).text == (
+    assert profile(SCOPE, ProfileRequest(MON, MON, plain, None)).text == (
         "Profile as of May 2023:\n"
         "On 8 May 2023, Caroline: The support group meets at the community centre downtown."
     )
@@ -944,14 +962,14 @@ def test_an_episode_names_the_turns_of_the_sentences_it_quotes_only() -> None:
 def test_tree_summaries_name_the_turns_they_quote_at_every_level() -> None:
     sessions = []
     for i, part in enumerate([SESSION_1, SESSION_2, SESSION_3]):
-        written = summary(SCOPE, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])
+        written = summary(SCOPE, SummaryRequest(MemoryKind.SESSION, part[0].ts, part[-1].ts, part, []))
         assert list(written.sentence_turn_ids) == told_by(written.text, part)
         assert set(written.turn_ids) == flat(written.sentence_turn_ids)
         sessions.append(as_memory(f"s{i}", written, part[0].ts, part[-1].ts))
     below = {t for s in sessions for t in s.turn_ids}
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS)
+    week = summary(SCOPE, SummaryRequest(MemoryKind.WEEK, MON, FRI, sessions, [], ALL_UNITS))
     assert list(week.sentence_turn_ids) == told_by(week.text, ALL_UNITS)
-    prof = profile(SCOPE, MON, FRI, sessions, None, ALL_UNITS)
+    prof = profile(SCOPE, ProfileRequest(MON, FRI, sessions, None, ALL_UNITS))
     for turns, sayer in zip(prof.sentence_turn_ids, stated_by(prof.text, ALL_UNITS), strict=True):
         assert turns and set(turns) <= set(sayer)
     for written in (week, prof):
@@ -964,14 +982,18 @@ def test_a_sentence_of_a_memory_without_a_sentence_map_credits_all_its_turns() -
     text = "On 8 May 2023, Caroline: I love hiking in the mountains. I went to the museum downtown."
     unmapped = Source("m", MON, text, ("t1", "t2"), start=MON, end=MON)
     mapped = replace(unmapped, sentence_turn_ids=(("t1",), ("t2",)))
-    assert profile(SCOPE, MON, THU, [unmapped], None).turn_ids == ("t1", "t2")
-    assert profile(SCOPE, MON, THU, [mapped], None).turn_ids == ("t1",)  # the hiking line only
+    assert profile(SCOPE, ProfileRequest(MON, THU, [unmapped], None)).turn_ids == ("t1", "t2")
+    assert profile(SCOPE, ProfileRequest(MON, THU, [mapped], None)).turn_ids == (
+        "t1",
+    )  # the hiking line only
     stale = replace(unmapped, sentence_turn_ids=(("t1",),))  # does not match the text: not trusted
-    assert profile(SCOPE, MON, THU, [stale], None).turn_ids == ("t1", "t2")
-    mapped_profile = profile(SCOPE, MON, THU, [mapped], None)
+    assert profile(SCOPE, ProfileRequest(MON, THU, [stale], None)).turn_ids == ("t1", "t2")
+    mapped_profile = profile(SCOPE, ProfileRequest(MON, THU, [mapped], None))
     carried = Source("p", THU, mapped_profile.text, ("t1",), start=MON, end=THU,
                      sentence_turn_ids=mapped_profile.sentence_turn_ids)  # fmt: skip
-    assert profile(SCOPE, THU, FRI, [], carried).turn_ids == ("t1",)  # carried with its own turns
+    assert profile(SCOPE, ProfileRequest(THU, FRI, [], carried)).turn_ids == (
+        "t1",
+    )  # carried with its own turns
 
 
 def test_a_merge_keeps_the_episodes_turns_for_its_text_and_names_the_units_it_adds() -> None:
@@ -1055,8 +1077,8 @@ def everything(units: list[Source]) -> list[str]:
     found = [f for d in eps for f in facts(SCOPE, d, units, [])]
     out += [f.sentence for f in found]
     start, end = min(u.ts for u in units), max(u.ts for u in units)
-    out.append(summary(SCOPE, MemoryKind.SESSION, start, end, units, []).text)
-    out.append(profile(SCOPE, start, end, units, None).text)
+    out.append(summary(SCOPE, SummaryRequest(MemoryKind.SESSION, start, end, units, [])).text)
+    out.append(profile(SCOPE, ProfileRequest(start, end, units, None)).text)
     cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)] or units
     out += [w.text for w in durative(SCOPE, start, cluster)]
     return out
@@ -1102,14 +1124,14 @@ def test_outputs_name_a_turn_that_says_each_sentence(spec: list[tuple[int, str, 
     outputs: list[tuple[str, tuple[tuple[str, ...], ...], tuple[str, ...]]] = [
         (d.text, d.sentence_turn_ids, d.source_ids) for d in episodes(SCOPE, units, None)
     ]
-    w = summary(SCOPE, MemoryKind.SESSION, start, end, units, [])
+    w = summary(SCOPE, SummaryRequest(MemoryKind.SESSION, start, end, units, []))
     if w.text.startswith("Session on") and "\nOn " not in w.text:  # told in the third person
         for turns, sayer in zip(w.sentence_turn_ids, told_by(w.text, units), strict=True):
             assert turns and set(turns) <= set(sayer)  # each turn that said it (a repeat is kept once)
         assert set(w.turn_ids) == flat(w.sentence_turn_ids)
     else:  # nothing to tell: quoted
         outputs.append((w.text, w.sentence_turn_ids, w.turn_ids))
-    prof = profile(SCOPE, start, end, units, None)
+    prof = profile(SCOPE, ProfileRequest(start, end, units, None))
     if "\n" in prof.text and " — " in prof.text:  # statements: each names a turn saying its object
         for turns, sayer in zip(prof.sentence_turn_ids, stated_by(prof.text, units), strict=True):
             assert turns and set(turns) <= set(sayer)
@@ -1184,9 +1206,11 @@ async def test_writer_output_makes_valid_memories() -> None:
                 end=f.valid_to, recorded_at=d.end, triple=f.triple, fact_type=f.fact_type,
                 writer=writer.label("facts"), **common,
             )  # fmt: skip
-    text = await writer.summary(SCOPE, MemoryKind.SESSION, MON, MON, SESSION_1, [])
-    assert text == summary(SCOPE, MemoryKind.SESSION, MON, MON, SESSION_1, [])
-    assert await writer.profile(SCOPE, MON, THU, ALL_UNITS, None) == profile(SCOPE, MON, THU, ALL_UNITS, None)
+    text = await writer.summary(SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON, SESSION_1, []))
+    assert text == summary(SCOPE, SummaryRequest(MemoryKind.SESSION, MON, MON, SESSION_1, []))
+    assert await writer.profile(SCOPE, ProfileRequest(MON, THU, ALL_UNITS, None)) == profile(
+        SCOPE, ProfileRequest(MON, THU, ALL_UNITS, None)
+    )
     assert await writer.durative(SCOPE, MON, ALL_UNITS) == durative(SCOPE, MON, ALL_UNITS)
 
 
@@ -1216,13 +1240,19 @@ async def test_locomo_first_sessions() -> None:
     assert found
     sessions = []
     for i, part in enumerate(parts):
-        text = (await writer.summary(scope, MemoryKind.SESSION, part[0].ts, part[-1].ts, part, [])).text
+        text = (
+            await writer.summary(scope, SummaryRequest(MemoryKind.SESSION, part[0].ts, part[-1].ts, part, []))
+        ).text
         assert all(text.split("\n")) and text.count("\n") <= 2  # a line per speaker
         sessions.append(memory_source(f"s{i}", part[-1].ts, text))
     week = (
-        await writer.summary(scope, MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1])
+        await writer.summary(
+            scope, SummaryRequest(MemoryKind.WEEK, parts[0][0].ts, parts[-1][-1].ts, sessions, sessions[:1])
+        )
     ).text
-    prof = (await writer.profile(scope, parts[0][0].ts, parts[-1][-1].ts, sessions, None)).text
+    prof = (
+        await writer.profile(scope, ProfileRequest(parts[0][0].ts, parts[-1][-1].ts, sessions, None))
+    ).text
     cluster = [memory_source(f"f{i}", f.valid_from, f.sentence) for i, f in enumerate(found)]
     topic, persona = (w.text for w in await writer.durative(scope, parts[0][0].ts, cluster))
 
@@ -1245,12 +1275,12 @@ async def test_locomo_first_sessions() -> None:
 
 
 def test_a_profile_reads_traits_from_the_turns_when_the_weeks_are_told_in_the_third_person() -> None:
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, [], [], ALL_UNITS)
+    week = summary(SCOPE, SummaryRequest(MemoryKind.WEEK, MON, FRI, [], [], ALL_UNITS))
     weeks = [memory_source("w", FRI, week.text)]
-    from_weeks = profile(SCOPE, MON, FRI, weeks, None)
-    from_turns = profile(SCOPE, MON, FRI, weeks, None, ALL_UNITS)
+    from_weeks = profile(SCOPE, ProfileRequest(MON, FRI, weeks, None))
+    from_turns = profile(SCOPE, ProfileRequest(MON, FRI, weeks, None, ALL_UNITS))
     assert " — " not in from_weeks.text  # "Caroline loves ..." is no first-person claim: no trait found
-    assert from_turns == profile(SCOPE, MON, FRI, ALL_UNITS, None)
+    assert from_turns == profile(SCOPE, ProfileRequest(MON, FRI, ALL_UNITS, None))
     assert "Caroline — loves painting sunsets with watercolours" in from_turns.text
 
 
@@ -1286,7 +1316,9 @@ def test_compressed_keeps_what_is_said_and_is_stable(text: str) -> None:
 
 def test_a_weeks_line_reads_on_after_its_day() -> None:
     since = [unit("s", MON, ("Melanie", "Since we last spoke, the pottery class started and I love it."))]
-    week = summary(SCOPE, MemoryKind.WEEK, MON, FRI, [], [], [*since, SESSION_3[0]]).text.split("\n")
+    week = summary(
+        SCOPE, SummaryRequest(MemoryKind.WEEK, MON, FRI, [], [], [*since, SESSION_3[0]])
+    ).text.split("\n")
     assert week[1].startswith("On 8 May 2023, since Melanie and others last spoke")  # a function word
     assert week[2].startswith("On 9 June 2023, Caroline moved to Boston")  # a name stays capitalised
 

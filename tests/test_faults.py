@@ -31,9 +31,9 @@ import pytest
 from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.kafka import ensure_topics, partition_for, read_topic, settled, wait_processed
 from memstream.apps.datasets import RawRecord
-from memstream.apps.gateway.app import SEND_TIMEOUT_S
+from memstream.apps.gateway.deps import SEND_TIMEOUT_S
 from memstream.apps.replay import ReplayReport, replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.schemas.events import ConsolidationRequest, Turn
 from memstream.schemas.memory import MemoryKind, MemoryOp, MemoryUpdate

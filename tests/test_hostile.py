@@ -33,10 +33,10 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway import auth
 from memstream.apps.gateway.app import create_app
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.consumers import build_consolidation
 from memstream.consumers.llm_writer import LLMWriter
-from memstream.consumers.writer import EpisodeDraft, Scope, Source
+from memstream.consumers.writer import EpisodeDraft, Scope, Source, SummaryRequest
 from memstream.core.memories import MEMORIES, memories_spec
 from memstream.core.prompts import (
     ALL_PROMPTS,
@@ -782,7 +782,9 @@ def test_llm_prompts_fence_the_injection_and_complying_answers_act_on_nothing() 
     (episode,) = asyncio.run(writer.episodes(scope, sources, None))
     (fact,) = asyncio.run(writer.facts(scope, episode, sources, [known]))
     summary = asyncio.run(
-        writer.summary(scope, MemoryKind.SESSION, sources[0].ts, sources[-1].ts, sources, sources)
+        writer.summary(
+            scope, SummaryRequest(MemoryKind.SESSION, sources[0].ts, sources[-1].ts, sources, sources)
+        )
     )
 
     # Provenance names only the real sources; nothing is superseded that the model was not shown.

@@ -14,7 +14,7 @@ from memstream.adapters.kafka import partition_for
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.unit_views import views_spec
 from memstream.core.units import CONSOLIDATED, STATE_FIELD, UNITS, units_spec
 from memstream.schemas.events import ConsolidationRequest

@@ -35,7 +35,7 @@ from memstream.adapters.llm import (
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
 from memstream.consumers.llm_writer import LLMWriter
-from memstream.consumers.writer import Scope, Source
+from memstream.consumers.writer import ProfileRequest, Scope, Source, SummaryRequest
 from memstream.core.store import VectorStore
 from memstream.schemas.events import DeadLetterStage
 from memstream.schemas.memory import MemoryKind
@@ -616,9 +616,9 @@ async def test_llm_writer_keeps_only_the_input_ids_it_cites(server: OpenAIServer
     assert facts and all(set(f.source_ids) <= {u.id for u in UNITS} for f in facts)
 
     children = [memory(0, ("t1", "t2")), memory(1, ("t3",))]
-    session = await writer.summary(scope, MemoryKind.SESSION, T, T, UNITS, [])
-    day = await writer.summary(scope, MemoryKind.DAY, T, T, children, [])
-    profile = await writer.profile(scope, T, T, children[1:], children[0])
+    session = await writer.summary(scope, SummaryRequest(MemoryKind.SESSION, T, T, UNITS, []))
+    day = await writer.summary(scope, SummaryRequest(MemoryKind.DAY, T, T, children, []))
+    profile = await writer.profile(scope, ProfileRequest(T, T, children[1:], children[0]))
     topic, persona = await writer.durative(scope, T, children)
     assert session.turn_ids == ("turn-0",)  # a cited unit: its turn
     assert day.turn_ids == ("t1", "t2")  # a cited memory: the turns its text carries
@@ -639,7 +639,7 @@ async def test_llm_writer_states_no_turn_when_it_cites_only_invented_ids(
     assert episode.source_ids == ()
     assert episode.covers_ids == tuple(u.id for u in UNITS)  # it still covers what it was written from
     assert all(f.source_ids == () for f in await writer.facts(scope, episode, UNITS, []))
-    assert (await writer.summary(scope, MemoryKind.SESSION, T, T, UNITS, [])).turn_ids == ()
+    assert (await writer.summary(scope, SummaryRequest(MemoryKind.SESSION, T, T, UNITS, []))).turn_ids == ()
     assert [w.turn_ids for w in await writer.durative(scope, T, [memory(0, ("t1",))])] == [(), ()]
     await writer.client.aclose()
 

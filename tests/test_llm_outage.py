@@ -51,7 +51,7 @@ from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.consumers import build_consolidation
 from memstream.core.memories import memories_spec
 from memstream.core.unit_views import views_spec

@@ -19,7 +19,7 @@ from memstream.adapters.kafka import read_topic
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import IN_FLIGHT, QUEUED, settled
 from memstream.schemas.events import ConsolidationRequest, DeadLetter, DeadLetterStage
 from memstream.schemas.memory import Memory, MemoryKind

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from memstream.adapters import metrics
 from memstream.adapters.broker import Broker, free_port
-from memstream.apps.gateway.app import Admission, Gate, admit
+from memstream.apps.gateway.gate import Admission, Gate, admit
 from tests.conftest import make_pipeline, ready, wait_for
 
 KEY = "shed-key-0123456789abcdef"

@@ -15,7 +15,7 @@ import pytest
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
 from memstream.core.store import scroll_all
 from memstream.core.unit_views import views_spec

@@ -22,7 +22,7 @@ from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import read_topic, settled
 from memstream.apps.datasets import RawRecord, read_records
 from memstream.apps.replay import replay
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.tree import covers
 from memstream.schemas.events import (
     MAX_CONTENT_CHARS,

@@ -22,7 +22,7 @@ from memstream.adapters.store.shards import EdgeShards
 from memstream.core.memories import KIND_FIELD, MEMORIES, memories_spec, memory_from_payload
 from memstream.core.recall import rank
 from memstream.core.recall.config import DEFAULT, FLAT_HYBRID, RecallConfig
-from memstream.core.recall.engine import Recalled, brief, recall
+from memstream.core.recall.engine import Ask, Recalled, brief, recall
 from memstream.core.recall.time_intent import contains, distance
 from memstream.core.store import Hit, SearchQuery, VectorStore
 from memstream.core.unit_views import views_spec
@@ -44,7 +44,15 @@ NOW = max(t.ts for t in TURNS if t.key == USER)
 def ask(store: VectorStore, query: str, budget: int = 500, levels: list[int] | None = None) -> Recalled:
     now = NOW if NOW.tzinfo else NOW.replace(tzinfo=UTC)
     return recall(
-        store, HashingEmbedder(384), user_key=USER, query=query, now=now, budget_tokens=budget, levels=levels
+        store,
+        HashingEmbedder(384),
+        Ask(
+            user_key=USER,
+            query=query,
+            now=now,
+            budget_tokens=budget,
+            levels=None if levels is None else tuple(levels),
+        ),
     )
 
 
@@ -111,10 +119,14 @@ def test_levels_restrict_what_is_returned_and_get_the_whole_budget(store: Vector
     query = "Summarise how my last months went and why"
     everything = ask(store, query, budget=1500)
     leaves = recall(
-        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=[1]
+        store,
+        HashingEmbedder(384),
+        Ask(user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=(1,)),
     )
     nodes = recall(
-        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=(2, 3)
+        store,
+        HashingEmbedder(384),
+        Ask(user_key=USER, query=query, now=_now(), budget_tokens=1500, levels=(2, 3)),
     )
     assert leaves.items and {i.level for i, _ in leaves.items} == {1}
     assert len(leaves.items) >= sum(i.level == 1 for i, _ in everything.items)
@@ -127,7 +139,9 @@ def test_summaries_do_not_displace_the_best_leaves(store: VectorStore) -> None:
     it was kept."""
     query = "What did I say about running?"
     leaves_only = recall(
-        store, HashingEmbedder(384), user_key=USER, query=query, now=_now(), budget_tokens=600, levels=[1]
+        store,
+        HashingEmbedder(384),
+        Ask(user_key=USER, query=query, now=_now(), budget_tokens=600, levels=(1,)),
     )
     mixed = ask(store, query, budget=600)
     best = [i.id for i, _ in rank.top(leaves_only.items, 3)]
@@ -149,12 +163,14 @@ def test_the_context_never_exceeds_the_budget(
     result = recall(
         store,
         HashingEmbedder(384),
-        user_key=USER,
-        query=query,
-        now=_now() + timedelta(days=days),
-        budget_tokens=budget,
-        zone=ZoneInfo(zone),
-        levels=levels,
+        Ask(
+            user_key=USER,
+            query=query,
+            now=_now() + timedelta(days=days),
+            budget_tokens=budget,
+            zone=zone,
+            levels=None if levels is None else tuple(levels),
+        ),
     )
     assert rank.tokens(result.context) <= budget
     if budget >= 100 and levels is None:
@@ -178,10 +194,12 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
     result = recall(
         cast(VectorStore, counting),
         HashingEmbedder(384),
-        user_key=USER,
-        query="How has my running changed over the last months and why?",
-        now=_now(),
-        budget_tokens=2000,
+        Ask(
+            user_key=USER,
+            query="How has my running changed over the last months and why?",
+            now=_now(),
+            budget_tokens=2000,
+        ),
     )
     assert result.items
     # units; their sentence and context views; episodes, facts and sessions: each one batch
@@ -204,7 +222,9 @@ def test_recall_of_leaves_alone_looks_up_no_tree_node(store: VectorStore) -> Non
 
     counting.inner = cast(VectorStore, SimpleNamespace(search_many=search_many))  # no scroll, no retrieve
     query = "How has my running changed over the last months and why?"
-    result = recall(cast(VectorStore, counting), HashingEmbedder(384), user_key=USER, query=query, now=_now())
+    result = recall(
+        cast(VectorStore, counting), HashingEmbedder(384), Ask(user_key=USER, query=query, now=_now())
+    )
     assert result.items and {i.level for i, _ in result.items} == {1}
     assert set(counting.calls) == {"search_many"}
     assert sorted(searched) == ["episode", "fact", "unit_views", "units"]  # no "session"
@@ -253,11 +273,13 @@ def test_a_unit_saying_the_questions_words_is_a_candidate_beyond_the_dense_list(
     result = recall(
         shards.get(0),
         HashingEmbedder(384),
-        user_key="t/anna",
-        query="Are the festival trip plans for Zanzibar coming along?",
-        now=datetime(2024, 5, 2, tzinfo=UTC),
-        budget_tokens=2000,
-        config=config,
+        Ask(
+            user_key="t/anna",
+            query="Are the festival trip plans for Zanzibar coming along?",
+            now=datetime(2024, 5, 2, tzinfo=UTC),
+            budget_tokens=2000,
+        ),
+        config,
     )
     shards.close()
     assert any("Zanzibar" in i.text for i, _ in result.items) is found  # every candidate fits the budget
@@ -276,10 +298,8 @@ def test_recall_runs_on_the_config_it_is_given(tmp_path: Path) -> None:
         return recall(
             shards.get(0),
             HashingEmbedder(384),
-            user_key="t/anna",
-            query="Zanzibar trip",
-            now=now,
-            config=config,
+            Ask(user_key="t/anna", query="Zanzibar trip", now=now),
+            config,
         )
 
     default, flat = ask_with(DEFAULT), ask_with(replace(FLAT_HYBRID, lam=1.0))
@@ -324,11 +344,13 @@ def test_a_query_naming_a_speaker_is_searched_once_more_without_the_name(
     result = recall(
         cast(VectorStore, counting),
         embedder,
-        user_key="t/anna",
-        query=query,
-        now=datetime(2024, 5, 2, tzinfo=UTC),
-        config=replace(DEFAULT, speakerless_weight=weight),
-        vector=HashingEmbedder(384).embed([query])[0],
+        Ask(
+            user_key="t/anna",
+            query=query,
+            now=datetime(2024, 5, 2, tzinfo=UTC),
+            vector=HashingEmbedder(384).embed([query])[0],
+        ),
+        replace(DEFAULT, speakerless_weight=weight),
     )
     shards.close()
     assert embedder.texts == embedded
@@ -345,10 +367,8 @@ def test_recall_returns_and_renders_a_unit_without_its_small_talk_and_flat_as_sa
         return recall(
             shards.get(0),
             HashingEmbedder(384),
-            user_key="t/anna",
-            query="Zanzibar trip",
-            now=now,
-            config=config,
+            Ask(user_key="t/anna", query="Zanzibar trip", now=now),
+            config,
         )
 
     default, flat = ask_with(DEFAULT), ask_with(replace(DEFAULT, condense=False))

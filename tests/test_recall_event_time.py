@@ -12,10 +12,11 @@ import orjson
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.gateway.app import recall_item
+from memstream.apps.gateway.routes.recall import recall_item
 from memstream.core.memories import memories_spec
+from memstream.core.recall.engine import Ask, recall
 from memstream.core.recall.tools import run_tool
-from memstream.core.recall.wire import Ask, answer, recalled_from_wire, recalled_to_wire
+from memstream.core.recall.wire import recalled_from_wire, recalled_to_wire
 from memstream.core.unit_views import views_spec
 from memstream.core.units import units_spec
 from memstream.schemas.events import Message, Turn
@@ -64,7 +65,7 @@ def recalled_through_the_gateway(tmp_path: Path, query: str) -> dict[str, dict[s
         zone="UTC",
         levels=None,
     )
-    worker = answer(shards.get(0), embedder, ask)
+    worker = recall(shards.get(0), embedder, ask)
     at_gateway = recalled_from_wire(orjson.loads(orjson.dumps(recalled_to_wire(worker))))
     items = [orjson.loads(recall_item(item, score).model_dump_json()) for item, score in at_gateway.items]
     return {item["source_turn_ids"][0]: item for item in items}

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import numpy as np
@@ -22,10 +21,8 @@ import pytest
 
 from memstream.adapters import metrics
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.core.recall.engine import Recalled, recall
+from memstream.core.recall.engine import Ask, Recalled, recall
 from memstream.core.recall.wire import (
-    Ask,
-    answer,
     ask_from_wire,
     ask_to_wire,
     recalled_from_wire,
@@ -55,7 +52,7 @@ def ask(query: str, levels: tuple[int, ...] | None = None, zone: str = "UTC") ->
 
 @pytest.mark.parametrize(("query", "levels"), QUERIES)
 def test_a_recall_round_trips_through_the_wire(sample_memory: VectorStore, query: str, levels: Any) -> None:
-    recalled = answer(sample_memory, EMBEDDER, ask(query, levels, zone="Europe/London"))
+    recalled = recall(sample_memory, EMBEDDER, ask(query, levels, zone="Europe/London"))
     assert recalled.items
     wire = orjson.loads(orjson.dumps(recalled_to_wire(recalled)))
     assert recalled_from_wire(wire) == recalled
@@ -70,7 +67,7 @@ def test_a_recall_round_trips_through_the_wire(sample_memory: VectorStore, query
 def test_an_item_keeps_its_brief_on_the_wire_and_a_worker_without_briefs_sends_none(
     sample_memory: VectorStore,
 ) -> None:
-    recalled = answer(sample_memory, EMBEDDER, ask("Where am I moving to?"))
+    recalled = recall(sample_memory, EMBEDDER, ask("Where am I moving to?"))
     item, score = recalled.items[0]
     briefed = Recalled(
         [(replace(item, brief="Maya: We live in Lisbon."), score)], "", recalled.intent, "simple"
@@ -96,9 +93,13 @@ def test_an_ask_round_trips_and_its_vector_is_used_as_given(sample_memory: Vecto
         (1, 2),
     )
     # recall with the vector given = recall embedding the query itself
-    embedded = recall(sample_memory, EMBEDDER, user_key=USER, query=sent.query, now=NOW, budget_tokens=300)
+    embedded = recall(
+        sample_memory, EMBEDDER, Ask(user_key=USER, query=sent.query, now=NOW, budget_tokens=300)
+    )
     given = recall(
-        sample_memory, EMBEDDER, user_key=USER, query=sent.query, now=NOW, budget_tokens=300, vector=vector
+        sample_memory,
+        EMBEDDER,
+        Ask(user_key=USER, query=sent.query, now=NOW, budget_tokens=300, vector=vector),
     )
     assert given == embedded
 
@@ -185,14 +186,14 @@ def test_a_remote_recall_is_one_request_with_the_in_process_answer(
     with httpx.Client(timeout=10) as client:
         remote = RemoteStore(0, lambda partition, refresh: worker.url, client)
         # the old way, every store call a request of its own: the same answer
-        assert recall_at(sample_memory, EMBEDDER, ask(query, levels)) == answer(
+        assert recall_at(sample_memory, EMBEDDER, ask(query, levels)) == recall(
             remote, EMBEDDER, ask(query, levels)
         )
         assert worker.requests["store"] >= 3 and worker.requests["recall"] == 0
         worker.requests.clear()
         got = recall_at(remote, EMBEDDER, ask(query, levels))
     assert dict(worker.requests) == {"recall": 1}
-    assert got == answer(sample_memory, EMBEDDER, ask(query, levels))
+    assert got == recall(sample_memory, EMBEDDER, ask(query, levels))
     assert got.context and got.items
 
 
@@ -214,7 +215,7 @@ def test_a_remote_recall_follows_a_moved_partition(sample_memory: VectorStore, w
         former.server_close()
     assert asked == [False, True]
     assert dict(former.requests) == {"recall": 1} and dict(worker.requests) == {"recall": 1}
-    assert got == answer(sample_memory, EMBEDDER, ask("moving"))
+    assert got == recall(sample_memory, EMBEDDER, ask("moving"))
 
 
 def test_a_malformed_remote_recall_is_a_value_error_at_the_caller(worker: _Worker) -> None:
@@ -233,11 +234,7 @@ def test_zone_and_now_reach_the_worker(sample_memory: VectorStore, worker: _Work
     assert tokyo == recall(
         sample_memory,
         EMBEDDER,
-        user_key=USER,
-        query="What did I do last week?",
-        now=NOW,
-        budget_tokens=400,
-        zone=ZoneInfo("Asia/Tokyo"),
+        Ask(user_key=USER, query="What did I do last week?", now=NOW, budget_tokens=400, zone="Asia/Tokyo"),
     )
 
 

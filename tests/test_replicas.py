@@ -40,7 +40,7 @@ import pytest
 from memstream.adapters.broker import Broker, free_port
 from memstream.adapters.kafka import partition_for, settled
 from memstream.adapters.settings import Settings
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.schemas.events import Turn
 from memstream.schemas.memory import Memory, MemoryKind

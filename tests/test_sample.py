@@ -7,7 +7,7 @@ from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
 from memstream.adapters.settings import Settings
-from memstream.apps.sample import CHITCHAT, FOLLOW_UPS, generate, when
+from memstream.apps.sample_conversations import CHITCHAT, FOLLOW_UPS, generate, when
 from memstream.consumers.extractive import Claim, classify, split_sentences
 from memstream.core.semantic_time import extract_event_times
 from memstream.schemas.events import Turn

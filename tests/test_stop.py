@@ -33,7 +33,7 @@ import pytest
 from memstream.adapters.broker import Broker, free_port, stop_leftover
 from memstream.adapters.processes import running
 from memstream.adapters.settings import Settings
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.apps.status import fetch_status
 from memstream.schemas.events import DEFAULT_TENANT, unit_id_for
 from tests.conftest import ready, stored, terminate, wait_for

@@ -20,7 +20,7 @@ from memstream.adapters.pause import MAX_DELAY_S, next_delay, until_available
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.store import StoreUnavailable, VectorStore
 from memstream.core.unit_views import views_spec
 from memstream.core.units import UNITS, units_spec

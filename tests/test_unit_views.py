@@ -19,12 +19,12 @@ from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
-from memstream.apps.sample import generate
+from memstream.apps.sample_conversations import generate
 from memstream.core.embedder import Vectors
 from memstream.core.forgetting import erase_user
 from memstream.core.memories import memories_spec
 from memstream.core.recall.config import DEFAULT, RecallConfig
-from memstream.core.recall.engine import recall
+from memstream.core.recall.engine import Ask, recall
 from memstream.core.store import Filter, VectorStore
 from memstream.core.unit_views import (
     CONTEXT,
@@ -157,10 +157,8 @@ def _dense(store: VectorStore, config: RecallConfig) -> dict[str, float]:
     result = recall(
         store,
         EMBEDDER,
-        user_key="t/anna",
-        query=QUERY,
-        now=datetime(2024, 5, 2, tzinfo=UTC),
-        config=replace(config, neighbour_weight=0.0),
+        Ask(user_key="t/anna", query=QUERY, now=datetime(2024, 5, 2, tzinfo=UTC)),
+        replace(config, neighbour_weight=0.0),
     )
     return {i.source_turn_ids[0]: i.dense for i, _ in result.items if i.kind == "unit"}
 
@@ -210,12 +208,7 @@ def test_a_unit_of_several_sentences_carries_its_sentence_nearest_the_query_as_i
 
     def briefs(config: RecallConfig) -> dict[str, str]:
         result = recall(
-            store,
-            EMBEDDER,
-            user_key="t/anna",
-            query=QUERY,
-            now=datetime(2024, 5, 2, tzinfo=UTC),
-            config=config,
+            store, EMBEDDER, Ask(user_key="t/anna", query=QUERY, now=datetime(2024, 5, 2, tzinfo=UTC)), config
         )
         return {i.source_turn_ids[0]: i.brief for i, _ in result.items}
 

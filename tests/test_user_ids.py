@@ -20,6 +20,7 @@ from memstream.adapters.settings import Settings
 from memstream.apps.cli import main
 from memstream.apps.gateway.app import create_app
 from memstream.apps.gateway.forget import split_key, unaddressable
+from memstream.apps.gateway.gate import reachable
 from memstream.core.validation import Rejection, limits_from, validate
 from memstream.schemas.api import RecallRequest
 
@@ -63,7 +64,7 @@ def reached(method: str, template: str, user_id: str) -> bool:
     suffix = USER_ROUTES[(method, template)]
     url = httpx.URL(f"http://gateway/v1/users/{quote(user_id, safe='')}{suffix}")
     scope = {"type": "http", "method": method, "path": unquote(url.raw_path.decode("ascii")), "root_path": ""}
-    for route in APP.router.routes:
+    for route in reachable(APP.router.routes):  # through the included routers, in order
         match, child = route.matches(scope)
         if match == Match.FULL:  # the router takes the first full match
             if getattr(route, "path", None) != template or child["path_params"]["user_id"] != user_id:

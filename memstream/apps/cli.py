@@ -74,7 +74,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"memstream {metadata.version('memstream')}")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
+    # In the order ``--help`` lists them.
+    _add_serving(sub)
+    _add_pipeline(sub)
+    _add_eval(sub)
+    _add_users(sub)
+    _add_development(sub)
+    _add_samples_and_settings(sub)
+    return p
 
+
+def _add_serving(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """up, gateway, mcp: the processes."""
     up = sub.add_parser(
         "up", help="run the pipeline (embedded broker and store unless configured)", epilog=EPILOG
     )
@@ -115,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument("--port", type=int, default=8090, help="HTTP: port (default 8090); the path is /mcp")
     mc.set_defaults(func=_cmd_mcp)
 
+
+def _add_pipeline(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """replay, status, cost, reindex: a running (or stopped) pipeline."""
     rp = sub.add_parser("replay", help="produce a conversation file to the turns topic", epilog=EPILOG)
     rp.add_argument("file", type=Path)
     rp.add_argument(
@@ -147,12 +161,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     ri.set_defaults(func=_cmd_reindex)
 
+
+def _add_eval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """eval locomo, eval consolidation: the benchmarks."""
     ev = sub.add_parser(
         "eval",
         help="score memstream on a benchmark: recall at token budgets against flat retrieval (locomo), "
         "consolidated memory against gold annotations (consolidation)",
     )
     evs = ev.add_subparsers(title="benchmarks", metavar="BENCHMARK")
+    _add_eval_locomo(evs)
+    _add_eval_consolidation(evs)
+
+
+def _add_eval_locomo(evs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """eval locomo: recall at token budgets against flat retrieval."""
     lo = evs.add_parser(
         "locomo",
         help="LoCoMo-format JSON: each conversation one user, every question asked",
@@ -191,6 +214,10 @@ def _parser() -> argparse.ArgumentParser:
         "API keys reads)",
     )
     lo.set_defaults(func=_cmd_eval_locomo)
+
+
+def _add_eval_consolidation(evs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """eval consolidation: consolidated memory against gold annotations."""
     cn = evs.add_parser(
         "consolidation",
         help="LoCoMo-format JSON: consolidated memory against the gold observations, summaries and events",
@@ -248,6 +275,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     cn.set_defaults(func=_cmd_eval_consolidation)
 
+
+def _add_users(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """users, forget: the stored users."""
     us = sub.add_parser(
         "users",
         help="the stored users (tenant/user_id), with --invalid those no user route can address",
@@ -276,6 +306,9 @@ def _parser() -> argparse.ArgumentParser:
     fo.add_argument("--user-key", required=True, help="tenant/user_id, as `memstream users` prints it")
     fo.set_defaults(func=_cmd_forget)
 
+
+def _add_development(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """broker, calibrate, topics, schemas: development and operations."""
     br = sub.add_parser(
         "broker", help="run the embedded broker (MEMSTREAM_BROKER: Kafka or Tansu) on 127.0.0.1 (development)"
     )
@@ -308,6 +341,9 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--dir", type=Path, help="output directory (default: the package's schemas/json)")
     ex.set_defaults(func=_cmd_schemas_export)
 
+
+def _add_samples_and_settings(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """sample, demo, config."""
     sa = sub.add_parser(
         "sample",
         help="write the synthetic sample conversation set as JSONL",
@@ -328,7 +364,6 @@ def _parser() -> argparse.ArgumentParser:
     cf = sub.add_parser("config", help="list every setting with its environment variable and value")
     cf.add_argument("--markdown", action="store_true", help="print the table of docs/configuration.md")
     cf.set_defaults(func=_cmd_config)
-    return p
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -645,7 +680,7 @@ def _cmd_schemas_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_sample(args: argparse.Namespace, settings: Settings) -> int:
-    from memstream.apps.sample import generate
+    from memstream.apps.sample_conversations import generate
 
     n = 0
     with args.out.open("wb") as fh:

@@ -57,7 +57,7 @@ from memstream.apps.scoring import answer_recall, id_recall, text_recall
 from memstream.core.embedder import Embedder
 from memstream.core.memories import memories_spec
 from memstream.core.recall.config import FLAT_HYBRID
-from memstream.core.recall.engine import recall
+from memstream.core.recall.engine import Ask, recall
 from memstream.core.recall.rank import tokens
 from memstream.core.unit_views import views_spec
 from memstream.core.units import render_text, units_spec
@@ -170,14 +170,8 @@ async def evaluate(
                 evidence_turns = [conv.contents[e] for e in q.evidence]
                 cells: dict[str, Any] = {}
                 for budget in budgets:
-                    result = recall(
-                        shards.get(0),
-                        embedder,
-                        user_key=conv.user_key,
-                        query=q.text,
-                        now=conv.now,
-                        budget_tokens=budget,
-                    )
+                    ask = Ask(conv.user_key, q.text, conv.now, budget_tokens=budget)
+                    result = recall(shards.get(0), embedder, ask)
                     items = [item for item, _ in result.items]
                     cell: dict[str, Any] = {
                         MEMSTREAM: {

@@ -17,7 +17,15 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from memstream.adapters.llm import LLMClient
-from memstream.consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
+from memstream.consumers.writer import (
+    EpisodeDraft,
+    FactDraft,
+    ProfileRequest,
+    Scope,
+    Source,
+    SummaryRequest,
+    Written,
+)
 from memstream.core.plain_text import plain_lines
 from memstream.core.prompts import (
     DURATIVE,
@@ -29,7 +37,7 @@ from memstream.core.prompts import (
     SUMMARY,
     Prompt,
 )
-from memstream.schemas.memory import Memory, MemoryKind, Triple
+from memstream.schemas.memory import Memory, Triple
 
 
 class LLMWriter:
@@ -106,36 +114,23 @@ class LLMWriter:
             )
         return drafts
 
-    async def summary(
-        self,
-        scope: Scope,
-        kind: MemoryKind,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        history: Sequence[Source],
-        said: Sequence[Source] = (),  # not sent: the model reads the children, a prompt of their size
-    ) -> Written:
+    async def summary(self, scope: Scope, request: SummaryRequest) -> Written:
+        # request.said is not sent: the model reads the children, a prompt of their size
+        children = request.children
         out = await self._ask(
             "summary",
             scope,
             SUMMARY,
-            instruction=LEVEL_INSTRUCTIONS[kind.value],
-            period=_period(start, end, scope),
-            history="\n\n".join(h.text for h in history) or "(none)",
+            instruction=LEVEL_INSTRUCTIONS[request.kind.value],
+            period=_period(request.start, request.end, scope),
+            history="\n\n".join(h.text for h in request.history) or "(none)",
             children=render(children, scope),
         )
         return _written(out.summary, out.source_ids, children)
 
-    async def profile(
-        self,
-        scope: Scope,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        previous: Source | None,
-        said: Sequence[Source] = (),  # not sent: the model reads traits from the weeks' third person
-    ) -> Written:
+    async def profile(self, scope: Scope, request: ProfileRequest) -> Written:
+        # request.said is not sent: the model reads traits from the weeks' third person
+        start, children, previous = request.start, request.children, request.previous
         out = await self._ask(
             "profile",
             scope,

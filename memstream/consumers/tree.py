@@ -28,8 +28,10 @@ from memstream.consumers.extractive.observations import ObservationDraft, observ
 from memstream.consumers.extractive.summaries import retitled
 from memstream.consumers.extractive.writer import WRITER_NAME
 from memstream.consumers.writer import (
+    ProfileRequest,
     Scope,
     Source,
+    SummaryRequest,
     Writer,
     Written,
     memory_source,
@@ -74,7 +76,9 @@ class TreeSummarizer:
             child_ids = [u.unit_id for u in units]
             covers = [u.turn_id for u in units]
             intervals: list[tuple[datetime, datetime | None]] = [(u.ts, u.ts) for u in units]
-            written = await self.writer.summary(scope, p.kind, window.start, window.end, children, history)
+            written = await self.writer.summary(
+                scope, SummaryRequest(p.kind, window.start, window.end, children, history)
+            )
         else:
             if not p.children:  # nothing below it was summarised (e.g. only late turns that day)
                 return state, []
@@ -86,7 +90,9 @@ class TreeSummarizer:
                 stage = "profile"
                 previous = memory_source(p.previous) if p.previous else None
                 said = [unit_source(u) for u in units_below(store, window, p.children)]
-                written = await self.writer.profile(scope, window.start, window.end, children, previous, said)
+                written = await self.writer.profile(
+                    scope, ProfileRequest(window.start, window.end, children, previous, said)
+                )
             elif len(p.children) == 1:
                 stage = "passthrough"
                 only = children[0]
@@ -95,7 +101,7 @@ class TreeSummarizer:
             else:
                 said = [unit_source(u) for u in units_below(store, window, p.children)]
                 written = await self.writer.summary(
-                    scope, p.kind, window.start, window.end, children, history, said
+                    scope, SummaryRequest(p.kind, window.start, window.end, children, history, said)
                 )
         start, end = hull(window.start, window.end, intervals)
         single = p.children[0] if stage == "passthrough" else None

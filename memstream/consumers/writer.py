@@ -89,6 +89,33 @@ class FactDraft:
     supersedes: tuple[str, ...] = ()  # memory ids of related facts this one invalidates
 
 
+@dataclass(frozen=True)
+class SummaryRequest:
+    """A session, day or week summary to write: of ``children`` (units, sessions or days) over
+    [start, end), with ``history`` the w most recent summaries of the same level for continuity, and
+    ``said`` the turns below a day or a week (units, in time order) for a writer that tells them itself."""
+
+    kind: MemoryKind
+    start: datetime
+    end: datetime
+    children: Sequence[Source]
+    history: Sequence[Source]
+    said: Sequence[Source] = ()
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """The monthly profile to write over [start, end): ``previous`` refined with what the month's weeks
+    (``children``) add; ``said`` the month's turns (units), for a writer that reads traits from what
+    people said themselves."""
+
+    start: datetime
+    end: datetime
+    children: Sequence[Source]
+    previous: Source | None
+    said: Sequence[Source] = ()
+
+
 class Writer(Protocol):
     model: str | None
     extractive: bool
@@ -110,31 +137,11 @@ class Writer(Protocol):
         facts nearest to the episode: an equivalent fact is not repeated, and a time-anchored update
         names the facts it supersedes."""
 
-    async def summary(
-        self,
-        scope: Scope,
-        kind: MemoryKind,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        history: Sequence[Source],
-        said: Sequence[Source] = (),
-    ) -> Written:
-        """A session, day or week summary of ``children`` (units, sessions or days), with
-        ``history`` the w most recent summaries of the same level for continuity, and ``said`` the
-        turns below a day or a week (units, in time order) for a writer that tells them itself."""
+    async def summary(self, scope: Scope, request: SummaryRequest) -> Written:
+        """The summary ``request`` asks for (``SummaryRequest``)."""
 
-    async def profile(
-        self,
-        scope: Scope,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        previous: Source | None,
-        said: Sequence[Source] = (),
-    ) -> Written:
-        """The monthly profile: ``previous`` refined with what the month's weeks add; ``said`` the
-        month's turns (units), for a writer that reads traits from what people said themselves."""
+    async def profile(self, scope: Scope, request: ProfileRequest) -> Written:
+        """The profile ``request`` asks for (``ProfileRequest``)."""
 
     async def durative(
         self, scope: Scope, month: datetime, cluster: Sequence[Source]

@@ -139,6 +139,22 @@ def dense_of(stored: object) -> npt.NDArray[np.float32] | None:
     return np.asarray(stored, dtype=np.float32)
 
 
+class StoredPoint(Protocol):
+    """A point as Qdrant returns it, Edge and qdrant-client alike."""
+
+    @property
+    def id(self) -> object: ...
+    @property
+    def payload(self) -> dict[str, Any] | None: ...
+    @property
+    def vector(self) -> object: ...
+
+
+def hit_of(point: StoredPoint, score: float = 0.0, with_vector: bool = False) -> Hit:
+    """``point`` as a hit: its ``score`` when a search found it, its dense vector when asked for."""
+    return Hit(str(point.id), score, point.payload or {}, dense_of(point.vector) if with_vector else None)
+
+
 def warn_dense_only(collection: str, sparse: str) -> None:
     log.warning(
         "collection %r has no sparse vector %r (made before it had one): its searches use dense "

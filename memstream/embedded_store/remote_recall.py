@@ -16,15 +16,8 @@ from dataclasses import replace
 import orjson
 
 from memstream.core.embedder import Embedder
-from memstream.core.recall.engine import Recalled
-from memstream.core.recall.wire import (
-    Ask,
-    answer,
-    ask_from_wire,
-    ask_to_wire,
-    recalled_from_wire,
-    recalled_to_wire,
-)
+from memstream.core.recall.engine import Ask, Recalled, recall
+from memstream.core.recall.wire import ask_from_wire, ask_to_wire, recalled_from_wire, recalled_to_wire
 from memstream.core.store import VectorStore
 from memstream.embedded_store.remote_store import RemoteStore
 
@@ -33,7 +26,7 @@ def recall_at(store: VectorStore, embedder: Embedder, ask: Ask) -> Recalled:
     """``ask`` recalled from ``store``: by its owner in one request when ``store`` is remote (the query
     embedded here, unless the ask carries its vector), else in this process."""
     if not isinstance(store, RemoteStore):
-        return answer(store, embedder, ask)
+        return recall(store, embedder, ask)
     if ask.vector is None:
         ask = replace(ask, vector=embedder.embed([ask.query])[0])
     body = orjson.dumps(ask_to_wire(ask))
@@ -50,4 +43,4 @@ def serve_recall(store: VectorStore, embedder: Embedder, body: bytes) -> bytes:
     ask = ask_from_wire(raw)
     if ask.vector is not None and ask.vector.shape != (embedder.dim,):
         raise ValueError(f"query vector has {ask.vector.shape[0]} dimensions, the store {embedder.dim}")
-    return orjson.dumps(recalled_to_wire(answer(store, embedder, ask)))
+    return orjson.dumps(recalled_to_wire(recall(store, embedder, ask)))

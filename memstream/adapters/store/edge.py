@@ -50,7 +50,7 @@ from memstream.core.store import (
     Point,
     SearchQuery,
     SparseVector,
-    dense_of,
+    hit_of,
     warn_dense_only,
 )
 
@@ -130,10 +130,7 @@ class EdgeStore:
             return []
         # [""]: the unnamed dense vector only (as a list), not the sparse one beside it.
         records = self._shard(collection).retrieve(_id_list(ids), True, [""] if with_vectors else False)
-        return [
-            Hit(str(r.id), 0.0, r.payload or {}, dense_of(r.vector) if with_vectors else None)
-            for r in records
-        ]
+        return [hit_of(r, with_vector=with_vectors) for r in records]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
@@ -142,7 +139,7 @@ class EdgeStore:
         requests = [_request(q, sparse) for q in queries]
         # One planned batch shares a pass over the segments: ~40 us a query instead of ~60.
         results = self._shard(collection).query_batch(QueryBatchRequest(requests))
-        return [[Hit(str(p.id), p.score, p.payload or {}) for p in points] for points in results]
+        return [[hit_of(p, p.score) for p in points] for points in results]
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         if ids:
@@ -164,7 +161,7 @@ class EdgeStore:
             offset=offset, limit=limit, filter=_to_edge(flt), with_payload=True, with_vector=False
         )
         records, next_offset = self._shard(collection).scroll(request)
-        hits = [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
+        hits = [hit_of(r) for r in records]
         return hits, None if next_offset is None else str(next_offset)
 
     def delete(self, collection: str, flt: Filter) -> None:

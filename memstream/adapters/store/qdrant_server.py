@@ -25,7 +25,7 @@ from memstream.core.store import (
     SearchQuery,
     SparseVector,
     StoreUnavailable,
-    dense_of,
+    hit_of,
     warn_dense_only,
 )
 
@@ -138,10 +138,7 @@ class QdrantServerStore:
             records = self._client.retrieve(
                 collection, list(ids), with_payload=True, with_vectors=with_vectors
             )
-        return [
-            Hit(str(r.id), 0.0, r.payload or {}, dense_of(r.vector) if with_vectors else None)
-            for r in records
-        ]
+        return [hit_of(r, with_vector=with_vectors) for r in records]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
@@ -150,7 +147,7 @@ class QdrantServerStore:
         requests = [_request(q, sparse) for q in queries]
         with _outage_as_unavailable():
             responses = self._client.query_batch_points(collection, requests)
-        return [[Hit(str(p.id), p.score, p.payload or {}) for p in r.points] for r in responses]
+        return [[hit_of(p, p.score) for p in r.points] for r in responses]
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         if not ids:
@@ -169,7 +166,7 @@ class QdrantServerStore:
             records, next_offset = self._client.scroll(
                 collection, _to_qdrant(flt), limit=limit, offset=offset, with_payload=True
             )
-        hits = [Hit(str(r.id), 0.0, r.payload or {}) for r in records]
+        hits = [hit_of(r) for r in records]
         return hits, None if next_offset is None else str(next_offset)
 
     def delete(self, collection: str, flt: Filter) -> None:

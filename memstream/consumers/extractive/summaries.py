@@ -28,7 +28,7 @@ from memstream.consumers.extractive.statements import (
     statement_of,
     statements_in,
 )
-from memstream.consumers.writer import Scope, Source, Written
+from memstream.consumers.writer import ProfileRequest, Scope, Source, SummaryRequest, Written
 from memstream.core.dates import format_month, render_date
 from memstream.schemas.memory import FactType, MemoryKind
 
@@ -70,19 +70,18 @@ def retitled(text: str, kind: MemoryKind, start: datetime, zone: ZoneInfo) -> st
     return f"{_summary_header(kind, start, (), zone)}{newline}{rest}"
 
 
-def summary(
-    scope: Scope,
-    kind: MemoryKind,
-    start: datetime,
-    end: datetime,
-    children: Sequence[Source],
-    history: Sequence[Source],
-    said: Sequence[Source] = (),
-) -> Written:
+def summary(scope: Scope, request: SummaryRequest) -> Written:
     """Who did what (``digests.digest``): from a session's units, or from ``said``, the turns below a
     day or a week. With none of them informative, or none given (a day or week without its turns), a
     header line, then the children's centroid-nearest sentences in time order, leaving out what the
     most recent ``history`` summary already says (unless nothing else is left)."""
+    kind, start, children, history, said = (
+        request.kind,
+        request.start,
+        request.children,
+        request.history,
+        request.said,
+    )
     turns = children if kind is MemoryKind.SESSION else said
     if turns:
         written = digest(scope, kind, start, turns)
@@ -104,20 +103,20 @@ def _last_month(start: datetime, end: datetime, zone: ZoneInfo) -> str:
     return format_month(last.astimezone(zone).date())
 
 
-def profile(
-    scope: Scope,
-    start: datetime,
-    end: datetime,
-    children: Sequence[Source],
-    previous: Source | None,
-    said: Sequence[Source] = (),
-) -> Written:
+def profile(scope: Scope, request: ProfileRequest) -> Written:
     """A "Profile as of May 2023:" header, then one line per person of their traits (preferences,
     identity, relations, places, work and the changes to them) as dated statements, each once, the
     previous profile's carried forward; at most PROFILE_STATEMENTS a person, the most recent. With no
     trait at all, the month's most central sentence, quoted. Traits are claims of first-person
     sentences: read from ``said`` (the month's turns) when given, as the weeks tell them in the third
     person, else from ``children``."""
+    start, end, children, previous, said = (
+        request.start,
+        request.end,
+        request.children,
+        request.previous,
+        request.said,
+    )
     zone = scope.zone
     header = f"Profile as of {_last_month(start, end, zone)}:"
     pool = sentences(said or children, zone)

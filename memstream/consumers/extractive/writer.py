@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from functools import partial
-from typing import TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from memstream.consumers.extractive.episodes import episodes
 from memstream.consumers.extractive.facts import facts
 from memstream.consumers.extractive.summaries import durative, profile, summary
-from memstream.consumers.writer import EpisodeDraft, FactDraft, Scope, Source, Written
-from memstream.schemas.memory import Memory, MemoryKind
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 WRITER_NAME = "extractive@3"  # 2: provenance names the quoted turns only; 3: facts, profiles,
 # topics and personas are dated third-person statements, episodes grouped by speaker without small talk
+
+
+def _on_thread(fn: Callable[P, T]) -> Callable[Concatenate[ExtractiveWriter, P], Coroutine[Any, Any, T]]:
+    """The writer method of ``fn``: ``fn`` with the method's arguments, run on the writer's thread. The
+    one dispatch of the writer's stages: their signatures are written once, on the functions (and
+    declared once, on ``memstream.consumers.writer.Writer``, which mypy checks them against)."""
+
+    async def method(self: ExtractiveWriter, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(partial(fn, *args, **kwargs))
+
+    own = inspect.signature(fn).parameters.values()
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = inspect.Signature([self_param, *own])  # type: ignore[attr-defined]
+    method.__name__ = method.__qualname__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
 
 
 class ExtractiveWriter:
@@ -41,40 +56,9 @@ class ExtractiveWriter:
     def label(self, stage: str) -> str:
         return WRITER_NAME  # one version for every stage: there is no prompt to tell apart
 
-    async def episodes(
-        self, scope: Scope, units: Sequence[Source], merge_into: Source | None
-    ) -> list[EpisodeDraft]:
-        return await self._run(partial(episodes, scope, units, merge_into))
-
-    async def facts(
-        self, scope: Scope, episode: EpisodeDraft, units: Sequence[Source], related: Sequence[Memory]
-    ) -> list[FactDraft]:
-        return await self._run(partial(facts, scope, episode, units, related))
-
-    async def summary(
-        self,
-        scope: Scope,
-        kind: MemoryKind,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        history: Sequence[Source],
-        said: Sequence[Source] = (),
-    ) -> Written:
-        return await self._run(partial(summary, scope, kind, start, end, children, history, said))
-
-    async def profile(
-        self,
-        scope: Scope,
-        start: datetime,
-        end: datetime,
-        children: Sequence[Source],
-        previous: Source | None,
-        said: Sequence[Source] = (),
-    ) -> Written:
-        return await self._run(partial(profile, scope, start, end, children, previous, said))
-
-    async def durative(
-        self, scope: Scope, month: datetime, cluster: Sequence[Source]
-    ) -> tuple[Written, Written]:
-        return await self._run(partial(durative, scope, month, cluster))
+    # The stages: each runs its function of the package on the writer's thread, with its signature.
+    episodes = _on_thread(episodes)
+    facts = _on_thread(facts)
+    summary = _on_thread(summary)
+    profile = _on_thread(profile)
+    durative = _on_thread(durative)

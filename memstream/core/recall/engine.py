@@ -32,6 +32,21 @@ from memstream.schemas.memory import Memory, MemoryKind
 LEAF_KINDS = (MemoryKind.EPISODE, MemoryKind.FACT)
 
 
+@dataclass(frozen=True, eq=False)
+class Ask:
+    """What a recall is asked: whose memory, the query, when it is asked (aware; a naive one is taken in
+    ``zone``), the token budget, the zone that dates are rendered in (an IANA name), only these levels
+    (None: ``config.levels``), and the query already embedded (None: :func:`recall` embeds it)."""
+
+    user_key: str
+    query: str
+    now: datetime
+    budget_tokens: int = 1000
+    zone: str = "UTC"
+    levels: tuple[int, ...] | None = None
+    vector: npt.NDArray[np.float32] | None = None
+
+
 @dataclass(frozen=True)
 class Recalled:
     items: list[rank.Scored]  # in presentation order
@@ -40,33 +55,23 @@ class Recalled:
     complexity: rank.Complexity
 
 
-def recall(
-    store: VectorStore,
-    embedder: Embedder,
-    *,
-    user_key: str,
-    query: str,
-    now: datetime,
-    budget_tokens: int = 1000,
-    zone: ZoneInfo | None = None,
-    levels: Sequence[int] | None = None,
-    config: RecallConfig = DEFAULT,
-    vector: npt.NDArray[np.float32] | None = None,
-) -> Recalled:
-    """The user's memories for ``query`` asked at ``now``; their rendered ``context`` is at most
-    ``budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4, rounded up).
+def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfig = DEFAULT) -> Recalled:
+    """The way in to recall, wherever it runs (the gateway on a Qdrant server, the worker that holds an
+    embedded store, the eval): the user's memories for ``ask.query`` asked at ``ask.now``; their rendered
+    ``context`` is at most ``ask.budget_tokens`` tokens as ``rank.tokens`` counts them (characters / 4,
+    rounded up).
 
-    ``levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics and
-    personas) are returned, and they get the whole budget; None = ``config.levels``. Phatic units
-    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``). ``vector``: the
+    ``ask.levels``: only items of these levels (1 leaves, 2 sessions, 3 days, 4 weeks, 5 profiles, topics
+    and personas) are returned, and they get the whole budget; None = ``config.levels``. Phatic units
+    (``rank.phatic``) are never returned; ``config``: the tunables (``config.DEFAULT``). ``ask.vector``: the
     query already embedded (by ``embedder``'s model), so ``embedder`` is not asked; the gateway embeds
-    and the worker that holds the store recalls (``memstream.core.recall.wire``)."""
-    zone = zone or ZoneInfo("UTC")
-    now = now if now.tzinfo else now.replace(tzinfo=zone)
+    and the worker that holds the store recalls (``memstream.core.recall.wire`` carries the ask)."""
+    user_key, query, budget_tokens, levels = ask.user_key, ask.query, ask.budget_tokens, ask.levels
+    zone = ZoneInfo(ask.zone)
+    now = ask.now if ask.now.tzinfo else ask.now.replace(tzinfo=zone)
     intent = parse_time_intent(query, now)
     complexity = rank.plan_complexity(query, bool(intent.intervals))
-    if vector is None:
-        vector = embedder.embed([query])[0]
+    vector = embedder.embed([query])[0] if ask.vector is None else ask.vector
 
     wanted = frozenset(config.levels if levels is None else levels)
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone

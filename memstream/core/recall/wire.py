@@ -1,10 +1,11 @@
 """A recall asked of another process, and its answer, as JSON values (the one place they are
-(de)serialised).
+(de)serialised; the recall itself is :func:`memstream.core.recall.engine.recall`).
 
 With the embedded store only the worker that holds a user's shard may open it, so the gateway asks
-that worker for the whole recall in one request (``memstream.embedded_store.remote_recall``) rather than
-for each store call: it sends an :class:`Ask`, with the query already embedded so the worker that
-ingests does no embedding for it, and gets back the :class:`~memstream.core.recall.engine.Recalled`.
+that worker for the whole recall in one request (``memstream.embedded_store.remote_recall``) rather
+than for each store call: it sends an :class:`~memstream.core.recall.engine.Ask`, with the query
+already embedded so the worker that ingests does no embedding for it, and gets back the
+:class:`~memstream.core.recall.engine.Recalled`.
 Datetimes travel as ISO 8601 with their offset (instants are kept; a zone becomes its offset), scores
 as floats; ``recalled_from_wire(recalled_to_wire(r)) == r``. The decoders raise ValueError on a value
 of the wrong shape.
@@ -13,7 +14,6 @@ of the wrong shape.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast, get_args
 from zoneinfo import ZoneInfo
@@ -21,44 +21,11 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
-from memstream.core.embedder import Embedder
 from memstream.core.recall import rank
-from memstream.core.recall.config import DEFAULT, RecallConfig
-from memstream.core.recall.engine import Recalled, recall
+from memstream.core.recall.engine import Ask, Recalled
 from memstream.core.recall.time_intent import Interval, Relation, TimeIntent
-from memstream.core.store import VectorStore
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, eq=False)
-class Ask:
-    """The arguments of :func:`~memstream.core.recall.engine.recall` that a caller chooses."""
-
-    user_key: str
-    query: str
-    now: datetime  # aware
-    budget_tokens: int = 1000
-    zone: str = "UTC"  # an IANA zone name
-    levels: tuple[int, ...] | None = None
-    vector: npt.NDArray[np.float32] | None = None  # the query embedded; None: the recalling side embeds
-
-
-def answer(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfig = DEFAULT) -> Recalled:
-    """:func:`~memstream.core.recall.engine.recall` of ``ask`` on ``store`` (``embedder`` only embeds the
-    query when the ask carries no vector)."""
-    return recall(
-        store,
-        embedder,
-        user_key=ask.user_key,
-        query=ask.query,
-        now=ask.now,
-        budget_tokens=ask.budget_tokens,
-        zone=ZoneInfo(ask.zone),
-        levels=ask.levels,
-        config=config,
-        vector=ask.vector,
-    )
 
 
 def ask_to_wire(ask: Ask) -> dict[str, Any]:

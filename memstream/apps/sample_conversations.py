@@ -12,6 +12,10 @@ ahead). A session opens on its topic; each user line is said at most once a day;
 small part of a session and never a first-person statement. Users return to the same topics across
 sessions (so recurrence fires), sessions spread over days, weeks and months (so windows close).
 Deterministic per seed.
+
+It ships in the package because ``memstream sample`` writes it (examples/sample.jsonl, which ``memstream
+demo`` replays, is one such file); the tests and benches use it as their conversations. It stays in
+``apps``, not beside the test doubles of ``memstream.testing``: the layers keep apps and testing apart.
 """
 
 from __future__ import annotations
