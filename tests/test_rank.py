@@ -32,6 +32,7 @@ from memstream.core.recall.rank import (
     plan_complexity,
     render_context,
     render_line,
+    said_by,
     select,
     smooth_neighbours,
     tokens,
@@ -701,7 +702,7 @@ def test_asks_only_tells_a_turn_that_only_asks_from_one_that_tells() -> None:
 
 
 def speaking(id: str, speaker: str, said: str) -> Item:
-    return replace(item(id, text=f"{speaker}: {said}"), speakers=(speaker,))
+    return item(id, text=f"{speaker}: {said}")
 
 
 def test_weigh_turns_lifts_the_named_speakers_turns_and_lowers_turns_that_only_ask() -> None:
@@ -715,6 +716,12 @@ def test_weigh_turns_lifts_the_named_speakers_turns_and_lowers_turns_that_only_a
     )
     assert out == pytest.approx({"m": 0.6, "c": 0.6, "a": 0.4, "f": 0.4})
     assert weigh_turns(scored, [], speaker_weight=0.2, question_weight=0.0) == scored  # no name: as they are
+
+
+def test_a_units_speakers_open_its_lines() -> None:
+    assert said_by(item("u", text="Jon: I opened a studio.\nGina: At last: congrats!")) == {"Jon", "Gina"}
+    assert said_by(item("n", text="no speaker here")) == set()
+    assert said_by(item("f", "fact", text="Jon: a fact that reads like a turn")) == set()
 
 
 @given(

@@ -292,7 +292,6 @@ def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
         covers_turn_ids=turn,
         dense=score,
         session_id=unit["session_id"],
-        speakers=tuple(unit.get("speakers", ())),
         event_times=tuple(
             (datetime.fromisoformat(e["start"]), datetime.fromisoformat(e["end"]), e["granularity"])
             for e in unit.get("event_times", ())

@@ -64,7 +64,6 @@ class Item:
     # units of several sentences: their sentence nearest the query ("Speaker: sentence"), what ``select``
     # may return in place of the unit when the whole does not fit; "" = none
     brief: str = ""
-    speakers: tuple[str, ...] = ()  # units: who said it
 
 
 Scored = tuple[Item, float]
@@ -188,6 +187,13 @@ def asks_only(item: Item) -> bool:
     return bool(said) and all(s.endswith("?") for s in said)
 
 
+def said_by(item: Item) -> set[str]:
+    """The speakers of a unit: each of its lines opens with one ("Melanie: ..."); none for other items."""
+    if item.kind != "unit":
+        return set()
+    return {speaker for speaker, sep, _ in (line.partition(": ") for line in item.text.splitlines()) if sep}
+
+
 def weigh_turns(
     scored: Sequence[Scored],
     named: Collection[str],
@@ -200,7 +206,7 @@ def weigh_turns(
     out: list[Scored] = []
     for item, score in scored:
         if item.kind == "unit":
-            if named and any(s in named for s in item.speakers):
+            if named and any(speaker in named for speaker in said_by(item)):
                 score *= 1 + speaker_weight
             if question_weight and asks_only(item):
                 score *= 1 - question_weight
