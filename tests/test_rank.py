@@ -17,6 +17,7 @@ from memstream.core.recall.rank import (
     Item,
     Scored,
     ancestor_ids,
+    asks_only,
     bm25_scores,
     charged_tokens,
     condensed,
@@ -31,10 +32,12 @@ from memstream.core.recall.rank import (
     plan_complexity,
     render_context,
     render_line,
+    said_by,
     select,
     smooth_neighbours,
     tokens,
     top,
+    weigh_turns,
 )
 from memstream.core.sentences import is_small_talk
 
@@ -684,3 +687,63 @@ def test_small_talk_is_trivial_and_names_at_most_one_thing(sentence: str, small_
 def test_a_short_answer_in_a_unit_is_not_small_talk() -> None:
     unit = item("u1", text="Melanie: Luna and Oliver! They are so sweet and playful.")
     assert condensed(unit) is unit
+
+
+# --- asks_only / weigh_turns ------------------------------------------------------------------------------
+
+
+def test_asks_only_tells_a_turn_that_only_asks_from_one_that_tells() -> None:
+    assert asks_only(item("q", text="Melanie: What kind of books have you got?"))
+    assert asks_only(item("w", text="Melanie: Wow, Caroline! What did you paint?"))  # small talk aside
+    assert not asks_only(item("t", text="Caroline: I painted a lake at dawn. What about you?"))
+    assert not asks_only(item("p", text="Melanie: Look at this! [shares a photo: a dog on a beach] Cute?"))
+    assert not asks_only(item("s", text="Jon: Thanks, Gina!"))  # small talk only: phatic's job
+    assert not asks_only(item("f", "fact", text="What did Jon open?"))  # only units are judged
+
+
+def speaking(id: str, speaker: str, said: str) -> Item:
+    return item(id, text=f"{speaker}: {said}")
+
+
+def test_weigh_turns_lifts_the_named_speakers_turns_and_lowers_turns_that_only_ask() -> None:
+    hers = speaking("m", "Melanie", "I read Charlotte's Web as a kid.")
+    his = speaking("c", "Caroline", "I read lots of classics to my kids.")
+    asks = speaking("a", "Caroline", "Which books did you read as a kid?")
+    fact = item("f", "fact", text="Melanie read Charlotte's Web.")
+    scored = [(hers, 0.5), (his, 0.6), (asks, 0.8), (fact, 0.4)]
+    out = dict(
+        (i.id, s) for i, s in weigh_turns(scored, ["Melanie"], speaker_weight=0.2, question_weight=0.5)
+    )
+    assert out == pytest.approx({"m": 0.6, "c": 0.6, "a": 0.4, "f": 0.4})
+    assert weigh_turns(scored, [], speaker_weight=0.2, question_weight=0.0) == scored  # no name: as they are
+
+
+def test_a_units_speakers_open_its_lines() -> None:
+    assert said_by(item("u", text="Jon: I opened a studio.\nGina: At last: congrats!")) == {"Jon", "Gina"}
+    assert said_by(item("n", text="no speaker here")) == set()
+    assert said_by(item("f", "fact", text="Jon: a fact that reads like a turn")) == set()
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["Ann", "Bo"]), st.floats(0, 1), st.booleans()), max_size=12),
+    st.floats(0, 1),
+    st.floats(0, 1),
+)
+def test_weigh_turns_scales_each_turn_and_keeps_the_order_within_a_kind_of_turn(
+    turns: list[tuple[str, float, bool]], speaker_weight: float, question_weight: float
+) -> None:
+    scored = [
+        (
+            speaking(
+                f"u{n}", who, "Where did you go last week?" if asks else "I went to the lake last week."
+            ),
+            s,
+        )
+        for n, (who, s, asks) in enumerate(turns)
+    ]
+    out = weigh_turns(scored, ["Ann"], speaker_weight, question_weight)
+    assert [i for i, _ in out] == [i for i, _ in scored]
+    assert weigh_turns(scored, ["Ann"], 0.0, 0.0) == scored
+    for (_, before), (_, after), (who, _, asks) in zip(scored, out, turns, strict=True):
+        factor = (1 + speaker_weight if who == "Ann" else 1.0) * (1 - question_weight if asks else 1.0)
+        assert after == pytest.approx(before * factor)

@@ -237,8 +237,9 @@ def _now() -> datetime:
 DECOYS = [f"The festival trip plans are coming along, {w} festival trip plans." for w in ("a", "b", "c")]
 
 
-def _store_of(tmp_path: Path, texts: list[str]) -> EdgeShards:
-    """One user, one session, a turn a minute saying each of ``texts``; ingested, not consolidated."""
+def _store_of(tmp_path: Path, texts: list[str], speakers: Sequence[str] = ()) -> EdgeShards:
+    """One user, one session, a turn a minute saying each of ``texts`` (by ``speakers``, else all by
+    Anna); ingested, not consolidated."""
     turns = [
         Turn(
             tenant="t",
@@ -246,9 +247,9 @@ def _store_of(tmp_path: Path, texts: list[str]) -> EdgeShards:
             session_id="s1",
             turn_id=f"turn-{i}",
             ts=datetime(2024, 5, 1, 10, i, tzinfo=UTC),
-            messages=[Message(speaker="Anna", content=text)],
+            messages=[Message(speaker=speaker, content=text)],
         )
-        for i, text in enumerate(texts)
+        for i, (text, speaker) in enumerate(zip(texts, speakers or ["Anna"] * len(texts), strict=True))
     ]
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384), memories_spec(384)])
     processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
@@ -308,6 +309,42 @@ def test_recall_runs_on_the_config_it_is_given(tmp_path: Path) -> None:
     assert any("Thanks" in i.text for i, _ in flat.items)  # the flat preset filters nothing
     assert all(score == pytest.approx(i.dense) for i, score in flat.items)  # cosine only, no smoothing
     assert any(score != pytest.approx(i.dense) for i, score in default.items)
+
+
+def test_a_question_naming_a_speaker_weighs_their_turns_and_turns_that_only_ask_weigh_less(
+    tmp_path: Path,
+) -> None:
+    texts = [
+        "I booked a trip to Zanzibar.",
+        "I booked a trip to Lisbon.",
+        "Which airline did you book for Lisbon?",
+    ]
+    shards = _store_of(tmp_path, texts, ["Anna", "Ben", "Anna"])
+
+    def scores(config: RecallConfig) -> dict[str, float]:
+        now = datetime(2024, 5, 2, tzinfo=UTC)
+        found = recall(
+            shards.get(0),
+            HashingEmbedder(384),
+            user_key="t/anna",
+            query="Where did Ben book a trip?",
+            now=now,
+            config=config,
+        )
+        return {i.text: s for i, s in found.items}
+
+    off = scores(replace(DEFAULT, speaker_weight=0.0, question_weight=0.0))
+    on = scores(replace(DEFAULT, speaker_weight=0.5, question_weight=0.5))
+    shards.close()
+    assert len(off) == 3
+    assert on["Ben: I booked a trip to Lisbon."] == pytest.approx(
+        1.5 * off["Ben: I booked a trip to Lisbon."]
+    )
+    assert on["Anna: I booked a trip to Zanzibar."] == pytest.approx(
+        off["Anna: I booked a trip to Zanzibar."]
+    )
+    asks = "Anna: Which airline did you book for Lisbon?"
+    assert on[asks] == pytest.approx(0.5 * off[asks])
 
 
 class RecordingEmbedder(HashingEmbedder):

@@ -77,7 +77,7 @@ def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfi
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
     # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
     tree = any(level > rank.LEAF_LEVEL for level in wanted)
-    leaves, sessions, words, slots = _candidates(
+    leaves, sessions, words, slots, named = _candidates(
         store, embedder, vector, query, user_key, config, sessions=tree
     )
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
@@ -88,9 +88,9 @@ def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfi
         None,
     )
     smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
-    scored = rank.drop_phatic(
-        smoothed, config.min_content_words
-    )  # phatic turns still lifted their neighbours
+    weighed = rank.weigh_turns(smoothed, named, config.speaker_weight, config.question_weight)
+    # Phatic turns, and turns that only ask, still lifted their neighbours.
+    scored = rank.drop_phatic(weighed, config.min_content_words)
     activated = {item.id for item, _ in rank.top(scored, config.activated)}
     if config.briefs:  # of the activated units only: the others hardly reach select's queue
         scored = [(_with_brief(item, slots) if item.id in activated else item, s) for item, s in scored]
@@ -169,7 +169,7 @@ def _candidates(
     user_key: str,
     config: RecallConfig,
     sessions: bool = True,
-) -> tuple[list[rank.Item], list[rank.Item], str, dict[str, int]]:
+) -> tuple[list[rank.Item], list[rank.Item], str, dict[str, int], list[str]]:
     """The leaves nearest the query (units, episodes, facts; units also by BM25), when ``sessions``
     the session nodes nearest it, the query's words for BM25, and the slot of each unit's sentence view
     nearest the query (``_unit_cosines``). Every candidate carries its cosine:
@@ -178,7 +178,7 @@ def _candidates(
     A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
     with its vector mixed with that of the query without the names (``speakers.mix``), its words
     without them; the other searches use that mix. One more embedding and one more search, for such
-    queries only."""
+    queries only. Last, the speakers the query names (``rank.weigh_turns`` reads them)."""
     mine = Filter(equals={USER_FIELD: user_key})
 
     def search_units(vector: npt.NDArray[np.float32], words: str) -> list[Hit]:
@@ -221,7 +221,7 @@ def _candidates(
         memory_item(h.payload, scale * h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits
     ]
     nodes = [memory_item(h.payload, scale * h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
-    return leaves, nodes, words, slots
+    return leaves, nodes, words, slots, named
 
 
 def _ancestors(

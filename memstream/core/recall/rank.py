@@ -20,7 +20,7 @@ from memstream.core.dates import coarse_date, render_span
 from memstream.core.lexical import K1, B, stem, tokenize
 from memstream.core.plain_text import plain
 from memstream.core.recall.config import DEFAULT
-from memstream.core.sentences import without_small_talk
+from memstream.core.sentences import bracketed, is_small_talk, split_sentences, without_small_talk
 
 Complexity = Literal["simple", "hybrid", "complex"]
 
@@ -174,6 +174,46 @@ def smooth_neighbours(scored: Sequence[Scored], weight: float = DEFAULT.neighbou
     return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
 
 
+def asks_only(item: Item) -> bool:
+    """A unit that only asks: every sentence of it that is not small talk is a question, and it shares
+    no photo ("Melanie: What kind of books have you got?"). It matches a question's words and tells
+    nothing; what it asks is answered by the turn after it, which ``smooth_neighbours`` lifts."""
+    if item.kind != "unit":
+        return False
+    contents = [line.partition(": ")[2] or line for line in item.text.splitlines()]
+    if any(bracketed(c) for c in contents):
+        return False
+    said = [s for c in contents for s in split_sentences(c) if not is_small_talk(s)]
+    return bool(said) and all(s.endswith("?") for s in said)
+
+
+def said_by(item: Item) -> set[str]:
+    """The speakers of a unit: each of its lines opens with one ("Melanie: ..."); none for other items."""
+    if item.kind != "unit":
+        return set()
+    return {speaker for speaker, sep, _ in (line.partition(": ") for line in item.text.splitlines()) if sep}
+
+
+def weigh_turns(
+    scored: Sequence[Scored],
+    named: Collection[str],
+    speaker_weight: float = DEFAULT.speaker_weight,
+    question_weight: float = DEFAULT.question_weight,
+) -> list[Scored]:
+    """Units said by a speaker the question ``named`` scored ``1 + speaker_weight`` times (what a question
+    asks about a person, that person's own turns state first-hand); units that only ask (``asks_only``)
+    ``1 - question_weight`` times. Other items as they are."""
+    out: list[Scored] = []
+    for item, score in scored:
+        if item.kind == "unit":
+            if named and any(speaker in named for speaker in said_by(item)):
+                score *= 1 + speaker_weight
+            if question_weight and asks_only(item):
+                score *= 1 - question_weight
+        out.append((item, score))
+    return out
+
+
 def phatic(item: Item, min_content_words: int = DEFAULT.min_content_words) -> bool:
     """A unit that states next to nothing: fewer than ``min_content_words`` distinct content words (stop
     words and speaker names left out), e.g. "Thanks, Jon!" or "Bye!". It spends a context line on a
@@ -246,33 +286,149 @@ def select(
     and nodes gain nothing more, the other leaves fill what is left in score order, then the remaining
     nodes above activated leaves. Items that do not fit are skipped; only items whose level is in
     ``levels`` (None: all) are returned. Scores: a leaf's own; a node's, the best activated leaf below it
-    times ``level_decay`` per level above it.
-
-    Leaves are compared by what they say as rendered (``rendered_words``: the line and its day's header,
-    so a date a fact or an episode spells out counts as said by the header of a unit of that day). A
-    leaf that says nothing new is skipped: ``contained`` or more of its words are in one leaf already
-    kept (a unit whose episode quotes it whole). A kept leaf that a later one says again is dropped
-    and its tokens go back to the budget: ``covered`` or more of its words are in the later leaf (the
-    fact "Caroline went to a support group (7 May 2023)" once the turn that said it is kept); above 1:
-    never. With ``briefs``, the budget left at the end goes to the ``brief`` (the sentence nearest the
-    query) of the units that did not fit whole, in queue order.
+    times ``level_decay`` per level above it. A leaf that says nothing new is skipped, and a kept leaf
+    a later one says again dropped (``_Context.take``: ``contained``, ``covered``). With ``briefs``, the
+    budget left at the end goes to the ``brief`` (the sentence nearest the query) of the units that did
+    not fit whole, in queue order.
     """
     allow = (lambda level: True) if levels is None else levels.__contains__
     ranked = _ranked([p for p in leaves if p[0].level == LEAF_LEVEL])
     best = ranked[:activated]
     floor = ranked[activated][1] if len(ranked) > activated else 0.0
     gain = {item.id: max(0.0, score - floor) for item, score in best}
-    cost = {item.id: line_tokens(item, zone) for item, _ in ranked}  # leaves' lines; nodes: node_cost
-    header = {item.id: day_header(item, zone) for item, _ in ranked}
-    opened: set[str] = set()  # the days whose header the context already holds
+    context = _Context(ranked, zone, contained, covered)
+    leaf_cost = max(1.0, sum(context.leaf_tokens(item) for item, _ in best) / len(best)) if best else 1.0
 
-    def leaf_tokens(leaf: Item) -> int:
-        day = header[leaf.id]
-        return cost[leaf.id] + (0 if day in opened else header_tokens(day))
+    tree = _tree(best, gain, by_id, allow, level_decay)
+    node_ids, under, chains, node_score, mass = tree.ids, tree.under, tree.chains, tree.score, tree.mass
+    node_cost = {node_id: line_tokens(by_id[node_id], zone) for node_id in node_ids}
+    node_inside = {node_id: inside(by_id[node_id]) for node_id in node_ids}
 
-    leaf_cost = max(1.0, sum(leaf_tokens(item) for item, _ in best) / len(best)) if best else 1.0
+    def represent(leaf_id: str) -> None:
+        """The leaf is in the context, or below a kept node: no other node stands for it any more."""
+        for node_id in chains.pop(leaf_id, ()):
+            mass[node_id] -= gain[leaf_id]
 
-    # Which activated leaves each node stands for, and what they are worth together.
+    def fits(tokens: int) -> bool:
+        return context.used + tokens <= budget_tokens
+
+    queue = (
+        sorted(ranked, key=lambda p: (not inside(p[0]), -gain.get(p[0].id, 0.0), -p[1], p[0].id))
+        if allow(LEAF_LEVEL)
+        else []
+    )
+    chosen: set[str] = set()
+    skipped: list[Scored] = []  # leaves that did not fit whole, in queue order
+    head = 0
+    while True:
+        while head < len(queue) and not fits(context.leaf_tokens(queue[head][0])):
+            # Not taken up again whole: a leaf's cost falls by its day's header only once another leaf
+            # paid that header from the same budget, or by a kept leaf said again (``covered``).
+            skipped.append(queue[head])
+            head += 1
+        leaf = queue[head] if head < len(queue) else None
+        leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
+        open_nodes = [n for n in node_ids if n not in chosen and mass[n] > 1e-9 and fits(node_cost[n])]
+        # The first best: ties go to the smaller id.
+        node = max(open_nodes, key=lambda n: (node_inside[n], mass[n] / max(1, node_cost[n])), default=None)
+        if node is not None and (
+            leaf_key is None or (node_inside[node], mass[node] / max(1, node_cost[node])) > leaf_key
+        ):
+            context.add((by_id[node], node_score[node]), node_cost[node])
+            chosen.add(node)
+            for leaf_id in under[node]:
+                represent(leaf_id)
+        elif leaf is not None:
+            head += 1
+            represent(leaf[0].id)
+            context.take(leaf)
+        else:
+            break
+    if briefs:
+        for item, score in skipped:
+            if item.brief and item.id not in context.said:
+                context.take_brief(item, score, budget_tokens)
+    # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
+    for node_id in sorted(node_ids, key=lambda n: (not node_inside[n], -node_score[n], n)):
+        if node_id not in chosen and fits(node_cost[node_id]):
+            context.add((by_id[node_id], node_score[node_id]), node_cost[node_id])
+    return context.kept
+
+
+class _Context:
+    """What ``select`` has kept so far, and what it costs: each leaf's line, and its day's header once."""
+
+    def __init__(self, ranked: Sequence[Scored], zone: ZoneInfo, contained: float, covered: float) -> None:
+        self.zone, self.contained, self.covered = zone, contained, covered
+        self.cost = {item.id: line_tokens(item, zone) for item, _ in ranked}
+        self.header = {item.id: day_header(item, zone) for item, _ in ranked}
+        self.kept: list[Scored] = []
+        self.said: dict[str, set[str]] = {}  # the rendered words of each leaf kept (rendered_words), by id
+        self.opened: set[str] = set()  # the days whose header the context already holds
+        self.used = 0
+
+    def leaf_tokens(self, leaf: Item) -> int:
+        day = self.header[leaf.id]
+        return self.cost[leaf.id] + (0 if day in self.opened else header_tokens(day))
+
+    def add(self, node: Scored, tokens: int) -> None:
+        self.kept.append(node)
+        self.used += tokens
+
+    def take(self, leaf: Scored) -> None:
+        """Keep ``leaf`` unless a kept leaf says what it says; drop the kept leaves it says again.
+
+        Leaves are compared by what they say as rendered (``rendered_words``: the line and its day's
+        header, so a date a fact or an episode spells out counts as said by the header of a unit of that
+        day). A leaf that says nothing new is skipped: ``contained`` or more of its words are in one leaf
+        already kept (a unit whose episode quotes it whole). A kept leaf that a later one says again is
+        dropped and its tokens go back to the budget: ``covered`` or more of its words are in the later
+        leaf (the fact "Caroline went to a support group (7 May 2023)" once the turn that said it is
+        kept); above 1: never."""
+        words = rendered_words(leaf[0], self.zone)
+        if words and any(len(words & other) >= self.contained * len(words) for other in self.said.values()):
+            return  # what it says is in the context already
+        again = {
+            i for i, other in self.said.items() if other and len(other & words) >= self.covered * len(other)
+        }
+        if again:
+            self.kept = [p for p in self.kept if p[0].id not in again]
+            for i in again:
+                del self.said[i]
+            self.opened = {self.header[i.id] for i, _ in self.kept if i.level == LEAF_LEVEL}
+            self.used = charged_tokens(self.kept, self.zone)
+        self.kept.append(leaf)
+        self.said[leaf[0].id] = words
+        self.used += self.leaf_tokens(leaf[0])
+        self.opened.add(self.header[leaf[0].id])
+
+    def take_brief(self, item: Item, score: float, budget_tokens: int) -> None:
+        """Keep the unit's ``brief`` in its place when it fits."""
+        short = replace(item, text=item.brief, brief="")
+        self.cost[item.id] = line_tokens(short, self.zone)
+        if self.used + self.leaf_tokens(short) <= budget_tokens:
+            self.take((short, score))
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """The tree nodes above ``select``'s activated leaves."""
+
+    ids: list[str]  # sorted, so ties go to the smaller id
+    under: dict[str, list[str]]  # node -> the activated leaves it stands for
+    chains: dict[str, list[str]]  # activated leaf -> the nodes above it, nearest first
+    score: dict[str, float]  # node -> the best activated leaf below it, decayed by level
+    mass: dict[str, float]  # node -> the gains of the leaves below it not yet represented
+
+
+def _tree(
+    best: Sequence[Scored],
+    gain: Mapping[str, float],
+    by_id: Mapping[str, Item],
+    allow: Callable[[int], bool],
+    level_decay: float,
+) -> _Tree:
+    """Which activated leaves each node (of a level ``allow``ed) stands for, and what they are worth."""
     under: dict[str, list[str]] = defaultdict(list)
     chains: dict[str, list[str]] = {}
     node_score: dict[str, float] = {}
@@ -286,88 +442,7 @@ def select(
             reported = score * level_decay ** max(1, by_id[node_id].level - item.level)
             node_score[node_id] = max(node_score.get(node_id, 0.0), reported)
     mass = {node_id: sum(gain[i] for i in ids) for node_id, ids in under.items()}
-    node_ids = sorted(mass)  # ties go to the smaller id
-    node_cost = {node_id: line_tokens(by_id[node_id], zone) for node_id in node_ids}
-    node_inside = {node_id: inside(by_id[node_id]) for node_id in node_ids}
-
-    def represent(leaf_id: str) -> None:
-        """The leaf is in the context, or below a kept node: no other node stands for it any more."""
-        for node_id in chains.pop(leaf_id, ()):
-            mass[node_id] -= gain[leaf_id]
-
-    queue = (
-        sorted(ranked, key=lambda p: (not inside(p[0]), -gain.get(p[0].id, 0.0), -p[1], p[0].id))
-        if allow(LEAF_LEVEL)
-        else []
-    )
-    kept: list[Scored] = []
-    said: dict[str, set[str]] = {}  # the rendered words of each leaf kept (rendered_words), by id
-    chosen: set[str] = set()
-    skipped: list[Scored] = []  # leaves that did not fit whole, in queue order
-    used = 0
-    head = 0
-
-    def take(leaf: Scored) -> None:
-        """Keep ``leaf`` unless a kept leaf says what it says; drop the kept leaves it says again."""
-        nonlocal kept, used
-        words = rendered_words(leaf[0], zone)
-        if words and any(len(words & other) >= contained * len(words) for other in said.values()):
-            return  # what it says is in the context already
-        again = {i for i, other in said.items() if other and len(other & words) >= covered * len(other)}
-        if again:
-            kept = [p for p in kept if p[0].id not in again]
-            for i in again:
-                del said[i]
-            opened.clear()
-            opened.update(header[i.id] for i, _ in kept if i.level == LEAF_LEVEL)
-            used = charged_tokens(kept, zone)
-        kept.append(leaf)
-        said[leaf[0].id] = words
-        used += leaf_tokens(leaf[0])
-        opened.add(header[leaf[0].id])
-
-    while True:
-        while head < len(queue) and used + leaf_tokens(queue[head][0]) > budget_tokens:
-            # Not taken up again whole: a leaf's cost falls by its day's header only once another leaf
-            # paid that header from the same budget, or by a kept leaf said again (``covered``).
-            skipped.append(queue[head])
-            head += 1
-        leaf = queue[head] if head < len(queue) else None
-        leaf_key = (inside(leaf[0]), gain.get(leaf[0].id, 0.0) / leaf_cost) if leaf is not None else None
-        node: str | None = None
-        node_key = (False, 0.0)
-        for node_id in node_ids:
-            if node_id in chosen or mass[node_id] <= 1e-9 or used + node_cost[node_id] > budget_tokens:
-                continue
-            key = (node_inside[node_id], mass[node_id] / max(1, node_cost[node_id]))
-            if node is None or key > node_key:
-                node, node_key = node_id, key
-        if node is not None and (leaf_key is None or node_key > leaf_key):
-            kept.append((by_id[node], node_score[node]))
-            chosen.add(node)
-            used += node_cost[node]
-            for leaf_id in under[node]:
-                represent(leaf_id)
-        elif leaf is not None:
-            head += 1
-            represent(leaf[0].id)
-            take(leaf)
-        else:
-            break
-    if briefs:
-        for item, score in skipped:
-            if not item.brief or item.id in said:
-                continue
-            short = replace(item, text=item.brief, brief="")
-            cost[item.id] = line_tokens(short, zone)
-            if used + leaf_tokens(short) <= budget_tokens:
-                take((short, score))
-    # Every leaf is in (a small store, a large budget): the broader context of the activated ones.
-    for node_id in sorted(node_ids, key=lambda n: (not node_inside[n], -node_score[n], n)):
-        if node_id not in chosen and used + node_cost[node_id] <= budget_tokens:
-            kept.append((by_id[node_id], node_score[node_id]))
-            used += node_cost[node_id]
-    return kept
+    return _Tree(sorted(mass), dict(under), chains, node_score, mass)
 
 
 def rendered_words(item: Item, zone: ZoneInfo) -> set[str]:
