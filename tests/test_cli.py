@@ -139,6 +139,8 @@ def test_up_takes_its_data_dir_broker_and_port_as_flags(
         monkeypatch.delenv(name)
     monkeypatch.delenv("MEMSTREAM_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.setenv("MEMSTREAM_KAFKA_LIBS", str(tmp_path / "no-jars"))
+    # a port of its own: 9092 may be held by a pipeline running beside the tests (`make demo`)
+    monkeypatch.setenv("MEMSTREAM_EMBEDDED_BROKER_PORT", str(free_port()))
     data = tmp_path / "elsewhere"
     assert main(["up", "--data-dir", str(data), "--broker", "kafka", "--port", "0"]) == 1
     assert data.is_dir() and "no Apache Kafka" in capsys.readouterr().err

@@ -326,10 +326,8 @@ def test_a_question_naming_a_speaker_weighs_their_turns_and_turns_that_only_ask_
         found = recall(
             shards.get(0),
             HashingEmbedder(384),
-            user_key="t/anna",
-            query="Where did Ben book a trip?",
-            now=now,
-            config=config,
+            Ask(user_key="t/anna", query="Where did Ben book a trip?", now=now),
+            config,
         )
         return {i.text: s for i, s in found.items}
 
