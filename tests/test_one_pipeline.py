@@ -3,8 +3,8 @@ benchmarks and the consolidation tests measure) and ``memstream up`` on the test
 memory of the same turns.
 
 The turns: a generated sample (two users over five weeks: sessions, days, weeks and a month close,
-and the month's durative memory is written) and, when ../shared/data is present, the first sessions of
-two LoCoMo dev conversations (May into June 2023). Each user's turns are replayed together, so that the
+and the month's durative memory is written) and, when ../shared/data is present, the whole LoCoMo dev
+split (its two conversations, 38 sessions, 788 turns). Each user's turns are replayed together, so that the
 idle close (10 s of wall clock) ends a user only once all their turns are in: the in-process run closes
 every user's windows after the whole input. The durative delay (60 s) outlasts the consolidation of
 the input, as the in-process run's order assumes (its docstring, difference 2).
@@ -43,7 +43,6 @@ from tests.conftest import LOCOMO, each_worker_owns_a_partition, make_pipeline, 
 
 pytestmark = pytest.mark.integration
 
-LOCOMO_SESSIONS = 4  # of each of the first two conversations
 Records = dict[str, dict[str, Any]]  # id -> the whole record
 
 
@@ -51,14 +50,7 @@ def sample() -> list[Turn]:
     generated = sorted(generate(users=2, days=35, seed=5), key=lambda t: t.user_id)  # stable: time order kept
     if not LOCOMO.exists():
         return generated
-    conversations = sorted({t.key for t in locomo_turns(LOCOMO, tenant="locomo")})[:2]
-    first = {f"session_{n}" for n in range(1, LOCOMO_SESSIONS + 1)}
-    dev = [
-        t
-        for t in locomo_turns(LOCOMO, tenant="locomo")
-        if t.key in conversations and t.session_id.split(":")[-1] in first
-    ]
-    return generated + dev
+    return generated + list(locomo_turns(LOCOMO, tenant="locomo"))  # the whole dev split
 
 
 def in_process(settings: Settings, turns: list[Turn], data: Path) -> tuple[Records, Records, int]:
