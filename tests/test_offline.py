@@ -122,7 +122,12 @@ def test_work_that_never_comes_due_raises_still_deferred(tmp_path: Path) -> None
 
         server.routes[CHAT_PATH] = down
         settings = Settings(
-            data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url, llm_model="m", llm_max_retries=0
+            data_dir=tmp_path,
+            embedder="hash",
+            llm_base_url=server.base_url,
+            llm_model="m",
+            llm_max_retries=0,
+            defer_retry_s=900,  # a few retries in the hour of patience, not 60 (45 s of calls)
         )
         p, shards = pipeline(settings)
         try:
