@@ -56,17 +56,8 @@ class UserWindows:
     last_unit_id: str | None = None
 
     def with_last_unit(self, unit_id: str) -> UserWindows:
-        """This state naming ``unit_id`` its latest unit (direct construction: once per turn ingested)."""
-        return UserWindows(
-            self.tenant,
-            self.user_id,
-            self.timezone,
-            self.open,
-            self.last_ts,
-            self.last_seen,
-            self.late_events,
-            unit_id,
-        )
+        """This state naming ``unit_id`` its latest unit."""
+        return replace(self, last_unit_id=unit_id)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -217,18 +208,7 @@ def advance(
         else:
             windows[lvl] = w.add(ts)
 
-    # Direct construction, as in Window.add: this runs for every turn ingested.
-    after = UserWindows(
-        state.tenant,
-        state.user_id,
-        state.timezone,
-        windows,
-        max(state.last_ts, ts),
-        now,
-        state.late_events,
-        state.last_unit_id,
-    )
-    return after, closed
+    return replace(state, open=windows, last_ts=max(state.last_ts, ts), last_seen=now), closed
 
 
 def idle_due(state: UserWindows, idle_close: timedelta) -> float | None:
