@@ -31,16 +31,20 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/memstream schemas export --check
 
-# pytest on Tansu, then the tests on the shared broker fixture (tests/conftest.py: the integration
-# and fault suites) again on Apache Kafka; those skip where Java or `make kafka`'s jars are missing.
+# The unit tests on both cores (as test-fast), the rest on Tansu one at a time (their timings assume a
+# quiet machine), then the tests on the shared broker fixture (tests/conftest.py: the integration and
+# fault suites) again on Apache Kafka; those skip where Java or `make kafka`'s jars are missing.
+# --durations names the slowest tests, for keeping the CI run under an hour.
+UNIT := not integration and not slow and not deploy
 test: lint deploy-check
-	$(BIN)/pytest -q -ra
-	MEMSTREAM_TEST_BROKERS=kafka $(BIN)/pytest -q -ra -m on_broker
+	$(BIN)/pytest -q -ra -n 2 -m "$(UNIT)"
+	$(BIN)/pytest -q -ra --durations=15 -m "integration or slow or deploy"
+	MEMSTREAM_TEST_BROKERS=kafka $(BIN)/pytest -q -ra --durations=15 -m on_broker
 
 # The fast loop: unit and property tests, no broker, no `memstream up`, no lint or deploy checks
 # (tests/conftest.py marks broker tests integration and fails any that starts one unmarked here).
 test-fast: install
-	$(BIN)/pytest -q -ra -n 2 -m "not integration and not slow and not deploy"
+	$(BIN)/pytest -q -ra -n 2 -m "$(UNIT)"
 
 # docs/configuration.md's settings table, from memstream/adapters/settings.py (tests/test_docs.py checks it).
 docs-settings: install

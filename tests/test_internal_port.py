@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from memstream.adapters.settings import Settings
 from memstream.adapters.store.edge import EdgeStore
 from memstream.apps.gateway.app import create_app
 from memstream.core.store import CollectionSpec, Filter, Point, StoreUnavailable, VectorStore
-from memstream.embedded_store.internal import Answer, authorized, internal_app, store_answer
+from memstream.embedded_store.internal import Answer, authorized, bind, internal_app, store_answer
 from memstream.embedded_store.remote_store import RemoteStore, confinement, serve
 from memstream.streams.faust_adapter import faust_settings
 from memstream.streams.pages import PUBLIC_PAGES, Readiness, add_pages
@@ -40,6 +41,17 @@ PINNED = {"equals": {"user_key": "tenantB/victim"}, "ranges": {}, "exclude_ids":
 
 
 # --- the token ---------------------------------------------------------------------------------------
+
+
+def test_the_internal_port_takes_connections_from_the_moment_status_can_name_it() -> None:
+    """/status names the port as soon as the worker has bound it; a gateway that connects before the
+    internal app has started waits in the backlog (stop 34's CI saw "connection refused" here)."""
+    sock = bind("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=2):
+            pass
+    finally:
+        sock.close()
 
 
 @pytest.mark.parametrize(

@@ -151,13 +151,15 @@ def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> w
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The internal port's socket, bound now (a port in use fails the start; port 0 is chosen now, for
-    ``/status`` to name) and listening once the app has started."""
+    """The internal port's socket, bound and listening now: a port in use fails the start, port 0 is
+    chosen now for ``/status`` to name, and a gateway that reads that name before the app has started
+    waits in the backlog until it is served instead of being refused."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)
     except OSError:
         sock.close()
         raise
