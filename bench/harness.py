@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ import httpx
 import orjson
 
 from memstream.adapters.broker import Broker, free_port, free_ports
+from memstream.adapters.embedded_broker import BrokerKind, embedded_broker
 from memstream.adapters.embedders import make_embedder
+from memstream.adapters.kafka import wait_group_coordinator
+from memstream.adapters.kafka_server import KafkaServer
 from memstream.adapters.processes import stop_session as stop
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
@@ -142,14 +146,36 @@ def wait(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[bytes
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}; see {log}")
 
 
-def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, subprocess.Popen[bytes], Path]:
+@contextlib.contextmanager
+def bench_broker(kind: BrokerKind, work: Path) -> Iterator[Broker | KafkaServer]:
+    """`memstream up`'s embedded broker of ``kind`` (memstream/adapters/embedded_broker.py: Tansu,
+    or Apache Kafka with its log on disk) on a free port of 127.0.0.1, its log and pidfile under
+    ``work/broker``; on Kafka once its group coordinator answers, as `memstream up` waits before its
+    workers join (else the first join meets COORDINATOR_NOT_AVAILABLE for seconds)."""
+    (work / "broker").mkdir(parents=True, exist_ok=True)
+    with embedded_broker(Settings(broker=kind, data_dir=work / "broker"), free_port()) as broker:
+        if kind == "kafka":
+            asyncio.run(wait_group_coordinator(Settings(bootstrap_servers=broker.bootstrap)))
+        yield broker
+
+
+def broker_env(broker: Broker | KafkaServer) -> dict[str, str]:
+    """The environment that points `memstream up` at ``broker``, with Tansu's work-arounds on Tansu only."""
+    return {
+        "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "MEMSTREAM_TANSU_QUIRKS": str(not isinstance(broker, KafkaServer)).lower(),
+    }
+
+
+def start_up(
+    broker: Broker | KafkaServer, work: Path, **overrides: str
+) -> tuple[Settings, subprocess.Popen[bytes], Path]:
     """`memstream up` against ``broker`` in its own session (see :func:`stop`): one worker, hash
     embedder, everything under ``work``, 127.0.0.1 only, no gateway unless ``overrides`` name a
     port. Its settings, its process and its log."""
     env = {
         **os.environ,
-        "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-        "MEMSTREAM_TANSU_QUIRKS": "true",
+        **broker_env(broker),
         "MEMSTREAM_DATA_DIR": str(work / "data"),
         "MEMSTREAM_EMBEDDER": "hash",
         "MEMSTREAM_METRICS_HOST": "127.0.0.1",

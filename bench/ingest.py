@@ -31,10 +31,12 @@ from typing import Any
 
 import orjson
 
-from memstream.adapters.broker import free_port, free_ports
-from memstream.adapters.embedded_broker import BrokerKind, embedded_broker
+# The repository root, for bench/harness.py when run as `python bench/ingest.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.harness import bench_broker, broker_env
+from memstream.adapters.broker import free_ports
+from memstream.adapters.embedded_broker import BrokerKind
 from memstream.adapters.embedders import make_embedder
-from memstream.adapters.kafka import wait_group_coordinator
 from memstream.adapters.settings import Settings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
@@ -84,12 +86,10 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
 
 def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: BrokerKind) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
-    (work / "broker").mkdir()  # the embedded broker's log and pidfile (`up` makes its data dir first)
-    with embedded_broker(Settings(broker=broker_kind, data_dir=work / "broker"), free_port()) as broker:
+    with bench_broker(broker_kind, work) as broker:
         env = {
             **os.environ,
-            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
-            "MEMSTREAM_TANSU_QUIRKS": str(broker_kind == "tansu").lower(),
+            **broker_env(broker),
             "MEMSTREAM_DATA_DIR": str(work / "data"),
             "MEMSTREAM_EMBEDDER": embedder,
             "MEMSTREAM_METRICS_PORT": str(free_ports(workers)),
@@ -101,8 +101,6 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
             "MEMSTREAM_ROLES": "ingest",
         }
         settings = Settings.from_env(env)
-        if broker_kind == "kafka":  # as `memstream up` does before its workers join
-            asyncio.run(wait_group_coordinator(settings))
         sample = list(islice(generate(users=users, days=365, tenant="bench"), turns + 50))
         warm, main = sample[:50], sample[50 : 50 + turns]
         texts = [render_text(t.messages) for t in main]

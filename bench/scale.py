@@ -1,10 +1,11 @@
 """Per-user state at scale (issue 19): ingest rate, worker memory, state bytes per user, restart time
 and idle closing, for a ladder of user counts.
 
-    python -m bench.scale [--users 100000] [--turns-per-user 3] [--roles ingest] [--json]
+    python -m bench.scale [--users 100000] [--turns-per-user 3] [--roles ingest] [--broker kafka] [--json]
 
 Sizes: 1,000 users, then ten times more until --users (1,000 → 10,000 → 100,000 for --users 100000).
-Each size gets a fresh Tansu broker and one `memstream up` worker (hash embedder, --roles), then:
+Each size gets a fresh broker (Tansu, or Apache Kafka with --broker kafka: `memstream up`'s embedded
+one, memstream/adapters/embedded_broker.py) and one `memstream up` worker (hash embedder, --roles), then:
 
 1. **ingest**: every user's --turns-per-user turns (one session a user, dated days before today),
    produced round-robin over the users; `turns_per_s` = turns ÷ (first produce → every turn
@@ -48,9 +49,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from bench.harness import start_up, stop, wait
+from bench.harness import bench_broker, start_up, stop, wait
 from bench.soak import memory_kib
-from memstream.adapters.broker import Broker, free_port
+from memstream.adapters.embedded_broker import BrokerKind
 from memstream.adapters.kafka import client_kwargs, read_records, wait_processed
 from memstream.adapters.settings import Settings
 from memstream.apps.datasets import RawRecord
@@ -139,7 +140,12 @@ def watch_idle_closing(
 
 
 def one_size(
-    users: int, per_user: int, roles: str, deadline: float, idle_close_s: float | None = None
+    users: int,
+    per_user: int,
+    roles: str,
+    deadline: float,
+    idle_close_s: float | None = None,
+    broker_kind: BrokerKind = "tansu",
 ) -> dict[str, Any]:
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
     work = Path(tempfile.mkdtemp(prefix="memstream-scale-"))
@@ -149,7 +155,7 @@ def one_size(
         "MEMSTREAM_IDLE_CHECK_INTERVAL_S": "1",
     }
     try:
-        with Broker(free_port(), work / "tansu.log") as broker:
+        with bench_broker(broker_kind, work) as broker:
             settings, proc, log = start_up(broker, work, **env)
             try:
                 probe = list(turns(1, 1, salt="-warm"))
@@ -230,10 +236,11 @@ def run(
     roles: str = "ingest",
     max_seconds: float = 7200.0,
     idle_close_s: float | None = None,
+    broker_kind: BrokerKind = "tansu",
 ) -> dict[str, Any]:
     """The ladder's figures; the top size's as the result's own keys (see the module's docstring)."""
     deadline = time.monotonic() + max_seconds
-    ladder = [one_size(n, per_user, roles, deadline, idle_close_s) for n in sizes(users)]
+    ladder = [one_size(n, per_user, roles, deadline, idle_close_s, broker_kind) for n in sizes(users)]
     for size in ladder:
         size["ratio_to_1k_users"] = round(size["turns_per_s"] / ladder[0]["turns_per_s"], 2)
     return {
@@ -243,6 +250,7 @@ def run(
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         },
+        "broker": broker_kind,
         "roles": roles,
         "turns_per_user": per_user,
         **ladder[-1],
@@ -261,6 +269,7 @@ def main() -> None:
         type=float,
         help="watch idle closing for at most this long at each size (default: until every session closed)",
     )
+    p.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="(default tansu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     args = p.parse_args()
     if (
@@ -274,7 +283,9 @@ def main() -> None:
             "--turns-per-user, --max-seconds and --idle-close-seconds positive"
         )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the pipeline and broker stopped
-    result = run(args.users, args.turns_per_user, args.roles, args.max_seconds, args.idle_close_seconds)
+    result = run(
+        args.users, args.turns_per_user, args.roles, args.max_seconds, args.idle_close_seconds, args.broker
+    )
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return

@@ -1,6 +1,7 @@
 """bench/scale.py, CI-sized: one size of the ladder through a real broker and `memstream up`
-(ingest role, hash embedder), its figures measured, not assumed. `python -m bench.scale --users
-1000000 --json` is the long run."""
+(ingest role, hash embedder), its figures measured, not assumed; on Tansu, and on Apache Kafka in
+`make test`'s Kafka pass (MEMSTREAM_TEST_BROKERS=kafka). `python -m bench.scale --users 1000000
+--json` is the long run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import bench_broker, broker_env
 from bench.scale import one_size, sizes, watch_idle_closing
+from memstream.adapters.broker import Broker
+from memstream.adapters.embedded_broker import BrokerKind
+from memstream.adapters.kafka_server import KafkaServer, missing
+from tests.conftest import TEST_BROKERS
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +29,16 @@ def test_the_ladder_goes_up_tenfold_from_1000_and_ends_at_the_size_asked() -> No
     assert sizes(25_000) == [1_000, 10_000, 25_000]
 
 
-def test_one_size_ingests_restarts_and_closes_every_users_session() -> None:
-    figures = one_size(300, 2, "ingest", deadline=time.monotonic() + 240)
+def needs(kind: BrokerKind) -> None:
+    if kind == "kafka" and missing():
+        pytest.skip(f"no Apache Kafka here: {missing()}")
+
+
+@pytest.mark.on_broker
+@pytest.mark.parametrize("kind", TEST_BROKERS)
+def test_one_size_ingests_restarts_and_closes_every_users_session(kind: BrokerKind) -> None:
+    needs(kind)
+    figures = one_size(300, 2, "ingest", deadline=time.monotonic() + 240, broker_kind=kind)
     assert figures["turns"] == 600 and figures["turns_per_s"] > 0
     assert figures["state_bytes"]["window-state"] > 0  # read back from the changelog
     assert figures["state_bytes_per_user"] == round(sum(figures["state_bytes"].values()) / 300, 1)
@@ -32,6 +46,21 @@ def test_one_size_ingests_restarts_and_closes_every_users_session() -> None:
     # Ready means a turn sent after the restart was stored; every session closed after that.
     assert 0 < figures["restart_to_ready_s"] <= figures["idle_close_all_s"]
     assert figures["idle_closed_per_s"] == pytest.approx(302 / figures["idle_close_all_s"], rel=0.05)
+
+
+@pytest.mark.on_broker
+@pytest.mark.parametrize("kind", TEST_BROKERS)
+def test_the_bench_broker_is_the_kind_asked_with_tansus_work_arounds_on_tansu_only(
+    kind: BrokerKind, tmp_path: Path
+) -> None:
+    needs(kind)
+    with bench_broker(kind, tmp_path) as broker:
+        assert isinstance(broker, KafkaServer if kind == "kafka" else Broker)
+        assert broker_env(broker) == {
+            "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
+            "MEMSTREAM_TANSU_QUIRKS": "true" if kind == "tansu" else "false",
+        }
+    assert (tmp_path / "broker" / ("kafka.log" if kind == "kafka" else "broker.log")).is_file()
 
 
 @pytest.fixture
