@@ -180,7 +180,7 @@ def stored_turn_ids(settings: Settings) -> set[str]:
     try:
         return {
             unit_from_payload(h.payload).turn_id
-            for store in all_stores(shards, settings.topic_partitions)
+            for store in all_stores(shards, settings.kafka.topic_partitions)
             for h in scroll_all(store, UNITS)
         }
     finally:

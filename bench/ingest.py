@@ -35,7 +35,7 @@ from memstream.adapters.broker import free_port, free_ports
 from memstream.adapters.embedded_broker import BrokerKind, embedded_broker
 from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import wait_group_coordinator
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings, Settings, StorageSettings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
@@ -52,10 +52,10 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
     several: ``with_sentences``), in calls of the pipeline's batch size (turns/s)."""
     embedder = make_embedder(settings)
     batches = [
-        with_sentences(texts[i : i + settings.batch_size])[0]
-        for i in range(0, len(texts), settings.batch_size)
+        with_sentences(texts[i : i + settings.worker.batch_size])[0]
+        for i in range(0, len(texts), settings.worker.batch_size)
     ]
-    embedder.embed(batches[0][: settings.embed_batch_size])  # warm-up
+    embedder.embed(batches[0][: settings.embedding.embed_batch_size])  # warm-up
     t0 = time.perf_counter()
     for batch in batches:
         embedder.embed(batch)
@@ -64,7 +64,7 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
 
 def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
-    alone = settings.model_copy(update={"data_dir": work / "alone"})
+    alone = settings.replace(data_dir=work / "alone")
     embedder = make_embedder(alone)
     shards = open_shards(alone, [units_spec(embedder.dim), views_spec(embedder.dim)])
     processor = IngestProcessor(alone, embedder, shards)
@@ -72,8 +72,10 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     state: dict[bytes, Any] = {}
 
     async def feed() -> None:
-        for i in range(0, len(records), alone.batch_size):
-            state.update((await processor.process(records[i : i + alone.batch_size], state)).window_state)
+        for i in range(0, len(records), alone.worker.batch_size):
+            state.update(
+                (await processor.process(records[i : i + alone.worker.batch_size], state)).window_state
+            )
 
     t0 = time.perf_counter()
     asyncio.run(feed())
@@ -85,7 +87,10 @@ def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
 def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: BrokerKind) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memstream-bench-"))
     (work / "broker").mkdir()  # the embedded broker's log and pidfile (`up` makes its data dir first)
-    with embedded_broker(Settings(broker=broker_kind, data_dir=work / "broker"), free_port()) as broker:
+    with embedded_broker(
+        Settings(kafka=KafkaSettings(broker=broker_kind), storage=StorageSettings(data_dir=work / "broker")),
+        free_port(),
+    ) as broker:
         env = {
             **os.environ,
             "MEMSTREAM_BOOTSTRAP_SERVERS": broker.bootstrap,
@@ -127,7 +132,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
                 raise SystemExit(f"worker never processed the warm-up turns; see {work / 'worker.log'}")
             # Measure only once the group is stable, so no rebalance falls inside the timing.
             deadline = time.monotonic() + 120
-            while fetch_status(settings).get("partitions") != list(range(settings.topic_partitions)):
+            while fetch_status(settings).get("partitions") != list(range(settings.kafka.topic_partitions)):
                 if time.monotonic() > deadline:
                     raise SystemExit(f"workers never shared out the partitions; see {work / 'worker.log'}")
                 time.sleep(0.5)
@@ -146,7 +151,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
         )
         units = [
             unit_from_payload(h.payload)
-            for store in all_stores(shards, settings.topic_partitions)
+            for store in all_stores(shards, settings.kafka.topic_partitions)
             for h in scroll_all(store, UNITS)
         ]
         keys = Counter(f"{u.key}/{u.turn_id}" for u in units)
@@ -163,7 +168,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
             "duplicates": duplicates,
             "produce_turns_per_s": round(report.rate, 1),
             "elapsed_s": round(elapsed, 2),
-            "batch_size": settings.batch_size,
+            "batch_size": settings.worker.batch_size,
             "workers": workers,
         }
 

@@ -32,7 +32,7 @@ from memstream.adapters.llm import (
     retry_after_s,
     stage_config,
 )
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import LlmSettings, Settings
 from memstream.adapters.store.edge import EdgeStore
 from memstream.consumers.llm_writer import LLMWriter
 from memstream.consumers.writer import ProfileRequest, Scope, Source, SummaryRequest
@@ -95,7 +95,7 @@ def make_settings(server: OpenAIServer, **overrides: Any) -> Settings:
         "llm_timeout_s": 5.0,
         **overrides,
     }
-    return Settings(**values)
+    return Settings().replace(**values)
 
 
 def chat_requests(server: OpenAIServer) -> list[dict[str, Any]]:
@@ -154,9 +154,11 @@ async def test_stage_overrides_reach_the_server(server: OpenAIServer, tenant: st
 
 def test_stage_config_validates_and_hides_the_key() -> None:
     settings = Settings(
-        llm_base_url="http://llm/v1",
-        llm_api_key="sk-secret",
-        llm_stages={"month": {"base_url": "http://big/v1", "api_key": "sk-other", "timeout_s": 120}},
+        llm=LlmSettings(
+            llm_base_url="http://llm/v1",
+            llm_api_key="sk-secret",
+            llm_stages={"month": {"base_url": "http://big/v1", "api_key": "sk-other", "timeout_s": 120}},
+        )
     )
     month = stage_config(settings, "month")
     assert (month.base_url, month.api_key, month.timeout_s, month.model) == (
@@ -168,7 +170,9 @@ def test_stage_config_validates_and_hides_the_key() -> None:
     assert stage_config(settings, "fact").api_key == "sk-secret"
     assert "sk-" not in repr(month)
     with pytest.raises(ValueError, match=r"unknown keys \['max_token'\]"):
-        stage_config(Settings(llm_base_url="http://llm/v1", llm_stages={"x": {"max_token": 5}}), "x")
+        stage_config(
+            Settings(llm=LlmSettings(llm_base_url="http://llm/v1", llm_stages={"x": {"max_token": 5}})), "x"
+        )
     with pytest.raises(ValueError, match="MEMSTREAM_LLM_BASE_URL"):
         stage_config(Settings(), "fact")
 

@@ -156,11 +156,11 @@ class InProcess:
     ) -> None:
         self.clock = Clock(time.time())  # turns are validated against it, as against a worker's
         self.topics = Topics(self.clock)
-        self.batch_size = batch_size or settings.batch_size
+        self.batch_size = batch_size or settings.worker.batch_size
         self.processor = IngestProcessor(settings, embedder, shards, self.clock)
         c = consolidation or build_consolidation(settings, embedder, self.processor.theta_sim)
         own = OwnWrites(sleep=self._index_meanwhile, clock=self.clock)
-        barrier = ReadYourWrites(Takeover(settings, settings.topic(MEMORY_UPDATES.name)), own)
+        barrier = ReadYourWrites(Takeover(settings, settings.kafka.topic(MEMORY_UPDATES.name)), own)
         self.publish = Publisher(self.topics.send, own)
         step = Consolidating(
             shards.get,
@@ -168,7 +168,7 @@ class InProcess:
             no_one_gone,
             lambda: False,
             self.clock,
-            settings.defer_retry_s,
+            settings.consolidation.defer_retry_s,
             self.clock.sleep,
         )
         window_states: dict[bytes, Any] = {}
@@ -177,7 +177,7 @@ class InProcess:
             self.processor.process, window_states, no_one_gone, self.idle.saved, self.clock.sleep
         )
         requests = Requests(step, c.recurrence.handle)
-        summaries = Summaries(step, c.tree.handle, {}, self.publish, settings.durative_delay_s)
+        summaries = Summaries(step, c.tree.handle, {}, self.publish, settings.consolidation.durative_delay_s)
         retries = Retries(step, c.tree.durative)
         self.indexing = Indexing(c.indexer.apply, shards.get, no_one_gone, self.clock, self.clock.sleep)
 

@@ -21,8 +21,8 @@ class Partitions:
         self.app = app
         self.clock = clock
         self.idle_close_s = idle_close_s
-        self.turns = settings.topic(TURNS.name)
-        self.data_topics = {settings.topic(spec.name) for spec in ALL_TOPICS}
+        self.turns = settings.kafka.topic(TURNS.name)
+        self.data_topics = {settings.kafka.topic(spec.name) for spec in ALL_TOPICS}
         # Partitions whose store this worker holds: those of any data topic it is assigned (a worker may
         # run only some of the roles). Kept here rather than read from the consumer, which still lists
         # revoked partitions until the next assignment: opening one of their stores then (a gateway

@@ -75,13 +75,13 @@ class Worker:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.roles = frozenset(settings.roles)
+        self.roles = frozenset(settings.worker.roles)
         self.embedder = embedder
         self.shards = shards
         self.processor = processor
         self.consolidation = consolidation
         self.clock = clock
-        self.idle_close = timedelta(seconds=settings.idle_close_s)
+        self.idle_close = timedelta(seconds=settings.windows.idle_close_s)
         self.app = _faust_app(settings)
         self.tables = Tables(
             self._user_table("window-state"),
@@ -91,11 +91,13 @@ class Worker:
         # An ingest batch, the erase of a deleted user and the idle timer never interleave: a batch
         # either sees the user forgotten, or ran before the erase; window states read stay current.
         self.writing = asyncio.Lock()
-        self.barrier = ReadYourWrites(Takeover(settings, settings.topic(MEMORY_UPDATES.name)), OwnWrites())
+        self.barrier = ReadYourWrites(
+            Takeover(settings, settings.kafka.topic(MEMORY_UPDATES.name)), OwnWrites()
+        )
         self.publish = Publisher(self._send, self.barrier.own)
         self.partitions = Partitions(self.app, settings, clock, self.idle_close.total_seconds())
         self.readiness = Readiness()
-        self.leases = ReadLeases(settings.worker_recall_concurrency)
+        self.leases = ReadLeases(settings.worker.worker_recall_concurrency)
         self._wire()
 
     # ---- what the handlers take -----------------------------------------------------------------
@@ -111,12 +113,12 @@ class Worker:
 
     def topic(self, spec: TopicSpec) -> faust.TopicT:
         return self.app.topic(
-            self.settings.topic(spec.name),
+            self.settings.kafka.topic(spec.name),
             key_type=bytes,
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
-            partitions=self.settings.topic_partitions,
+            partitions=self.settings.kafka.topic_partitions,
         )
 
     def status(self, partitions: Iterable[int]) -> dict[str, Any]:
@@ -128,7 +130,7 @@ class Worker:
             "config": {
                 "embedder": self.embedder.name,
                 "theta_sim": self.processor.theta_sim,
-                "theta_count": self.settings.theta_count,
+                "theta_count": self.settings.consolidation.theta_count,
             },
             "units_in_store": sum(s.count(UNITS) for s in stores.values()),
             **metrics.snapshot(),
@@ -141,14 +143,16 @@ class Worker:
         return self.app.Table(
             name,
             default=None,
-            partitions=self.settings.topic_partitions,
+            partitions=self.settings.kafka.topic_partitions,
             key_type=bytes,
             value_type=None,  # JSON
             use_partitioner=True,
         )
 
     def _send(self, name: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
-        return self.app.producer.send(self.settings.topic(name), key, value, None, None, headers or None)
+        return self.app.producer.send(
+            self.settings.kafka.topic(name), key, value, None, None, headers or None
+        )
 
     def _wire(self) -> None:
         """Rebalance hooks, timers and pages."""
@@ -189,10 +193,10 @@ class Worker:
 
 
 def _faust_app(settings: Settings) -> faust.App:
-    app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
+    app = faust.App(settings.kafka.app_id, monitor=ReadOffsets(), **faust_settings(settings))
     # faust takes the consumer class from its transport (streams/consumer.py: no skipped records;
     # short fetch waits against Tansu). faust types it a ClassVar, but set on this app's transport
     # instance it leaves other apps in the process (tests) alone.
-    app.transport.Consumer = TansuConsumer if settings.tansu_quirks else RewindingConsumer  # type: ignore[misc]
+    app.transport.Consumer = TansuConsumer if settings.kafka.tansu_quirks else RewindingConsumer  # type: ignore[misc]
     use_changelog_recovery(app)  # a database ahead of its changelog is emptied, not fatal
     return app

@@ -43,7 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Long-term memory for agents: ingest turns, recall time-aware hierarchical memory, "
         "answer with dates, agent tools, live updates. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
-        max_body_size=settings.max_request_bytes,  # 413, chunked bodies included
+        max_body_size=settings.gateway.max_request_bytes,  # 413, chunked bodies included
         responses=errors.RESPONSES,
         exception_handlers=errors.HANDLERS,
     )

@@ -73,14 +73,14 @@ class Admission:
 
     @classmethod
     def of(cls, settings: Settings) -> Admission:
-        keys = parse_keys(settings.api_keys.get_secret_value()) if settings.api_keys else None
+        keys = parse_keys(settings.gateway.api_keys.get_secret_value()) if settings.gateway.api_keys else None
         return cls(
             keys,
-            settings.rate_limit_per_s,
-            settings.rate_limit_burst,
-            settings.gateway_max_in_flight,
-            settings.gateway_max_in_flight_per_key,
-            settings.gateway_body_timeout_s,
+            settings.gateway.rate_limit_per_s,
+            settings.gateway.rate_limit_burst,
+            settings.gateway.gateway_max_in_flight,
+            settings.gateway.gateway_max_in_flight_per_key,
+            settings.gateway.gateway_body_timeout_s,
         )
 
 
