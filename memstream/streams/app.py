@@ -43,16 +43,7 @@ from memstream.core.units import UNITS
 from memstream.schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, TURNS, WINDOWS
 from memstream.streams.decisions import made_at
 from memstream.streams.faust_adapter import batches, manual_acks
-from memstream.streams.handlers import (
-    Consolidating,
-    Forgetting,
-    IdleWindows,
-    Indexing,
-    Ingesting,
-    Requests,
-    Retries,
-    Summaries,
-)
+from memstream.streams.handlers import Forgetting, IdleWindows, Ingesting
 from memstream.streams.ingest import Incoming
 from memstream.streams.key_ordered import HELD_PER_CALL, KeyOrdered
 from memstream.streams.routing import misplaced
@@ -110,29 +101,13 @@ def _ingest_role(worker: Worker) -> None:
 
 
 def _consolidate_role(worker: Worker) -> None:
-    app, settings, publish, consolidation = worker.app, worker.settings, worker.publish, worker.consolidation
-    step = Consolidating(
-        worker.store_of,
-        worker.barrier,
-        worker.gone,
-        worker.interrupted,
-        worker.clock,
-        settings.consolidation.defer_retry_s,
-    )
+    app = worker.app
     assert worker.tables.tree_state is not None  # the consolidate role's table
-    requests = Requests(step, consolidation.recurrence.handle)
-    summaries = Summaries(
-        step,
-        consolidation.tree.handle,
-        worker.tables.tree_state,
-        publish,
-        settings.consolidation.durative_delay_s,
-    )
-    retries = Retries(step, consolidation.tree.durative)
+    handlers = worker.handlers.consolidators(worker.tables.tree_state)
 
     # Each stage works on many users' records at once, one user's strictly in order
     # (streams/key_ordered.py), holding HELD_PER_CALL records per LLM call a worker makes at once.
-    at_once = HELD_PER_CALL * settings.llm.llm_concurrency
+    at_once = HELD_PER_CALL * worker.settings.llm.llm_concurrency
 
     async def key_ordered(
         stream: faust.StreamT, stage: str, handle: Callable[[Incoming], Awaitable[None]]
@@ -140,27 +115,21 @@ def _consolidate_role(worker: Worker) -> None:
         events, ack = manual_acks(stream)
         await KeyOrdered(stage, at_once).run(events, lambda event: handle(received(event)), ack)
 
-    async def request(r: Incoming) -> None:
-        await publish(await requests.request(r))
-
-    async def deferred(r: Incoming) -> None:
-        await publish(await retries.deferred(r))
-
     @app.agent(worker.topic(CONSOLIDATION))
     async def consolidate(stream: faust.StreamT) -> None:
-        await key_ordered(stream, CONSOLIDATION.name, request)
+        await key_ordered(stream, CONSOLIDATION.name, handlers.request)
 
     @app.agent(worker.topic(WINDOWS))
     async def summarize(stream: faust.StreamT) -> None:
-        await key_ordered(stream, WINDOWS.name, summaries.window)
+        await key_ordered(stream, WINDOWS.name, handlers.window)
 
     @app.agent(worker.topic(DEFERRED))
     async def retry_deferred(stream: faust.StreamT) -> None:
-        await key_ordered(stream, DEFERRED.name, deferred)
+        await key_ordered(stream, DEFERRED.name, handlers.deferred)
 
 
 def _index_role(worker: Worker) -> None:
-    indexing = Indexing(worker.consolidation.indexer.apply, worker.store_of, worker.gone, worker.clock)
+    indexing = worker.handlers.indexing()
 
     @worker.app.agent(worker.topic(MEMORY_UPDATES))
     async def index(stream: faust.StreamT) -> None:
