@@ -175,7 +175,11 @@ def start_up(broker: Broker, work: Path, **overrides: str) -> tuple[Settings, su
 def stored_turn_ids(settings: Settings) -> set[str]:
     """The turn ids in the units collection of every partition (the worker stopped: the shards are free)."""
     shards = open_shards(
-        settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+        settings.storage,
+        [
+            units_spec(make_embedder(settings.embedding).dim),
+            views_spec(make_embedder(settings.embedding).dim),
+        ],
     )
     try:
         return {

@@ -50,7 +50,7 @@ from memstream.streams.ingest import Incoming, IngestProcessor
 def embedder_rate(settings: Settings, texts: list[str]) -> float:
     """The embedder alone on what ingest embeds for ``texts`` (each turn, and the sentences of a turn of
     several: ``with_sentences``), in calls of the pipeline's batch size (turns/s)."""
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     batches = [
         with_sentences(texts[i : i + settings.worker.batch_size])[0]
         for i in range(0, len(texts), settings.worker.batch_size)
@@ -65,8 +65,8 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
 def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
     alone = settings.replace(data_dir=work / "alone")
-    embedder = make_embedder(alone)
-    shards = open_shards(alone, [units_spec(embedder.dim), views_spec(embedder.dim)])
+    embedder = make_embedder(alone.embedding)
+    shards = open_shards(alone.storage, [units_spec(embedder.dim), views_spec(embedder.dim)])
     processor = IngestProcessor(alone, embedder, shards)
     records = [Incoming(t.to_bytes(), t.key, "turns") for t in turns]
     state: dict[bytes, Any] = {}
@@ -147,7 +147,11 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
             proc.wait(timeout=60)
 
         shards = open_shards(
-            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+            settings.storage,
+            [
+                units_spec(make_embedder(settings.embedding).dim),
+                views_spec(make_embedder(settings.embedding).dim),
+            ],
         )
         units = [
             unit_from_payload(h.payload)

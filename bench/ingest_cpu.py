@@ -40,8 +40,8 @@ def run(turns: int, data_dir: Path) -> dict[str, Any]:
     settings = Settings(
         embedding=EmbeddingSettings(embedder="hash"), storage=StorageSettings(data_dir=data_dir)
     )
-    embedder = make_embedder(settings)
-    shards = open_shards(settings, [units_spec(embedder.dim), views_spec(embedder.dim)])
+    embedder = make_embedder(settings.embedding)
+    shards = open_shards(settings.storage, [units_spec(embedder.dim), views_spec(embedder.dim)])
     store = shards.get(0)  # opened before the timing; hand-built records carry no partition
     processor = IngestProcessor(settings, embedder, shards, clock=lambda: CLOCK)
     sample = islice(generate(users=200, days=365, tenant="bench"), turns)

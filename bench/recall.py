@@ -50,7 +50,7 @@ QUESTIONS = [
 
 
 async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards, dict[str, Any]]:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     shards = EdgeShards(
         settings.storage.data_dir / "store",
         [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
@@ -87,7 +87,7 @@ async def run(
             storage=StorageSettings(data_dir=Path(tmp)), embedding=EmbeddingSettings(embedder=embedder)
         )
         shards, info = await build(settings, units, users)
-        model = make_embedder(settings)
+        model = make_embedder(settings.embedding)
         store = shards.get(0)
         rng = random.Random(7)
         keys = sorted(info["last"])

@@ -312,7 +312,11 @@ def _soak(
         print(f"{'drained' if drained else 'NOT drained'} after {drain_s:.1f}s", file=sys.stderr, flush=True)
 
         shards = open_shards(
-            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+            settings.storage,
+            [
+                units_spec(make_embedder(settings.embedding).dim),
+                views_spec(make_embedder(settings.embedding).dim),
+            ],
         )
         try:
             stored = {

@@ -293,7 +293,7 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: 
 def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
     """Every unit and memory in the stores of a stopped pipeline (the shards are free again)."""
     shards = open_shards(
-        settings,
+        settings.storage,
         [
             units_spec(settings.embedding.hash_dim),
             views_spec(settings.embedding.hash_dim),

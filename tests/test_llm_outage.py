@@ -391,7 +391,7 @@ async def test_a_timed_out_request_stops_counting_in_flight_when_its_client_hang
                 llm_concurrency=2,
             )
         )
-        client = LLMClient(settings)
+        client = LLMClient(settings.llm)
         started = time.monotonic()
         messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
         results = await asyncio.gather(
@@ -417,7 +417,7 @@ async def test_a_request_waiting_for_a_slot_is_refused_once_the_budget_is_spent(
                 llm_base_url=server.base_url, llm_model="m", llm_concurrency=2, llm_daily_token_budget=budget
             )
         )
-        client = LLMClient(settings)
+        client = LLMClient(settings.llm)
         messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u v"}]
         results = await asyncio.gather(
             *(client.structured("x", "t", messages, Empty) for _ in range(5)), return_exceptions=True

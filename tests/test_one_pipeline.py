@@ -56,7 +56,7 @@ def sample() -> list[Turn]:
 def in_process(settings: Settings, turns: list[Turn], data: Path) -> tuple[Records, Records, int]:
     """Units, memories and the number of windows closed, run in process."""
     settings = settings.replace(data_dir=data)
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     shards = EdgeShards(
         data / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )

@@ -246,7 +246,7 @@ def _reach_their_users_memory(
 
     # Every unit stored once, in its key's shard; consolidation and the tree found them there.
     shards = open_shards(
-        settings,
+        settings.storage,
         [
             units_spec(settings.embedding.hash_dim),
             views_spec(settings.embedding.hash_dim),

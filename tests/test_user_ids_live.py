@@ -150,7 +150,7 @@ def test_a_user_stored_before_the_grammar_is_found_and_forgotten(live: tuple[Pip
     vector = HashingEmbedder(settings.embedding.hash_dim).embed([unit.text])[0]
     # Written into the shard itself, pipeline stopped: a worker serves no writes on its port.
     pipeline.stop()
-    shards = open_shards(settings, [units_spec(settings.embedding.hash_dim)])
+    shards = open_shards(settings.storage, [units_spec(settings.embedding.hash_dim)])
     try:
         store = shards.get(partition_for(unit.key.encode(), settings.kafka.topic_partitions))
         store.upsert(UNITS, [Point(unit.unit_id, vector, unit_payload(unit))])

@@ -633,7 +633,7 @@ def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     texts: dict[str, list[str]] = {}
     for turn in sorted(read_turns(args.file, args.format), key=lambda t: t.ts):
         texts.setdefault(turn.key, []).append(render_text(turn.messages))
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     report = calibrate(
         texts, embedder, settings.consolidation.recurrence_top_k, settings.consolidation.theta_count
     )

@@ -155,7 +155,7 @@ async def evaluate(
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="memstream-eval-") as tmp:
         settings = settings.replace(data_dir=Path(tmp))
-        embedder = make_embedder(settings)
+        embedder = make_embedder(settings.embedding)
         shards = await build_memory(settings, embedder, path, tenant)
         bar = tqdm(total=total, desc="questions", disable=not progress)
         for conv in conversations:

@@ -28,9 +28,9 @@ class Reindexed:
 
 
 async def reindex(settings: Settings) -> Reindexed:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     shards = open_shards(
-        settings, [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+        settings.storage, [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
     try:
         records = await read_topic(settings, settings.kafka.topic(MEMORY_UPDATES.name))

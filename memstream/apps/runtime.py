@@ -108,11 +108,11 @@ def run_worker(settings: Settings) -> None:
 
 
 def _run_worker(settings: Settings) -> None:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     specs = [units_spec(embedder.dim), views_spec(embedder.dim)]
     if {"consolidate", "index"} & set(settings.worker.roles):
         specs.append(memories_spec(embedder.dim))
-    shards = open_shards(settings, specs)
+    shards = open_shards(settings.storage, specs)
     try:
         processor = IngestProcessor(settings, embedder, shards)
         consolidation = build_consolidation(settings, embedder, processor.theta_sim)

@@ -37,7 +37,7 @@ def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float
     if settings.llm.llm_base_url:
         from memstream.consumers.llm_writer import LLMWriter
 
-        llm = LLMClient(settings)
+        llm = LLMClient(settings.llm)
         writer = LLMWriter(llm, settings.llm.llm_model)
     else:
         from memstream.consumers.extractive import ExtractiveWriter

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from memstream.adapters import metrics
 from memstream.adapters.llm.answer import json_object_text
 from memstream.adapters.llm.budget import BudgetExhausted, LLMError, TokenBudget
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import LlmSettings
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -95,9 +95,9 @@ class StageConfig:
     temperature: float
 
 
-def stage_config(settings: Settings, stage: str) -> StageConfig:
-    """The settings for one stage: ``settings.llm.llm_stages[stage]`` over the ``llm_*`` defaults."""
-    overrides = settings.llm.llm_stages.get(stage, {})
+def stage_config(settings: LlmSettings, stage: str) -> StageConfig:
+    """The settings for one stage: ``settings.llm_stages[stage]`` over the ``llm_*`` defaults."""
+    overrides = settings.llm_stages.get(stage, {})
     unknown = set(overrides) - _OVERRIDE_KEYS
     if unknown:
         # A typo would otherwise silently fall back to the defaults.
@@ -105,17 +105,17 @@ def stage_config(settings: Settings, stage: str) -> StageConfig:
             f"MEMSTREAM_LLM_STAGES[{stage!r}] has unknown keys {sorted(unknown)};"
             f" allowed: {sorted(_OVERRIDE_KEYS)}"
         )
-    base_url = overrides.get("base_url", settings.llm.llm_base_url)
+    base_url = overrides.get("base_url", settings.llm_base_url)
     if not base_url:
         raise ValueError(f"no LLM endpoint for stage {stage!r}: set MEMSTREAM_LLM_BASE_URL")
-    api_key = settings.llm.llm_api_key.get_secret_value() if settings.llm.llm_api_key is not None else None
+    api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key is not None else None
     return StageConfig(
         base_url=str(base_url),
         api_key=str(overrides["api_key"]) if "api_key" in overrides else api_key,
-        model=str(overrides.get("model", settings.llm.llm_model)),
-        max_tokens=int(overrides.get("max_tokens", settings.llm.llm_max_tokens)),
-        timeout_s=float(overrides.get("timeout_s", settings.llm.llm_timeout_s)),
-        temperature=float(overrides.get("temperature", settings.llm.llm_temperature)),
+        model=str(overrides.get("model", settings.llm_model)),
+        max_tokens=int(overrides.get("max_tokens", settings.llm_max_tokens)),
+        timeout_s=float(overrides.get("timeout_s", settings.llm_timeout_s)),
+        temperature=float(overrides.get("temperature", settings.llm_temperature)),
     )
 
 
@@ -207,19 +207,19 @@ class LLMClient:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: LlmSettings,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: Callable[[], float] = random.random,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings
-        self.budget = TokenBudget(settings.llm.llm_daily_token_budget)
+        self.budget = TokenBudget(settings.llm_daily_token_budget)
         self._sleep = sleep
         self._rng = rng
         self._clock = clock
         self._stages: dict[str, StageConfig] = {}
-        for stage in settings.llm.llm_stages:
+        for stage in settings.llm_stages:
             self.config(stage)  # fail at start-up on a misconfigured stage, not at its first call
         # Both are bound to an event loop (httpx pools, semaphore waiters): made lazily in the
         # running loop and made afresh if the loop changes.
@@ -281,7 +281,7 @@ class LLMClient:
     ) -> ChatResult[T]:
         """After an answer cut at the token limit: one more try with the larger limit if one is set
         (a repair call would be cut the same way), else TruncatedOutput."""
-        limit = self.settings.llm.llm_truncated_retry_max_tokens
+        limit = self.settings.llm_truncated_retry_max_tokens
         if limit <= cfg.max_tokens:
             raise self._rejected(stage, cfg, tenant, first, error) from error
         self._count(stage, cfg, tenant, "truncated")
@@ -318,7 +318,7 @@ class LLMClient:
         messages: list[dict[str, str]],
         response_model: type[BaseModel],
     ) -> _Completion:
-        retries = self.settings.llm.llm_max_retries
+        retries = self.settings.llm_max_retries
         last_error: Exception | None = None
         for attempt in range(retries + 1):
             wait: float | None = None
@@ -344,7 +344,7 @@ class LLMClient:
             self._count(stage, cfg, tenant, "retry")
             # Full jitter spreads workers that failed together; the server's own ask wins if longer.
             backoff = self._rng() * min(
-                self.settings.llm.llm_backoff_max_s, self.settings.llm.llm_backoff_base_s * 2**attempt
+                self.settings.llm_backoff_max_s, self.settings.llm_backoff_base_s * 2**attempt
             )
             await self._sleep(max(backoff, wait or 0.0))
         self._count(stage, cfg, tenant, "failed")
@@ -353,7 +353,7 @@ class LLMClient:
 
     def response_format_name(self, cfg: StageConfig) -> str:
         """The format sent to this stage's endpoint now: the setting, or where ``auto`` has got to."""
-        configured = self.settings.llm.llm_response_format
+        configured = self.settings.llm_response_format
         if configured != "auto":
             return configured
         return self._formats.get((cfg.base_url, cfg.model), _FORMATS[0])
@@ -372,7 +372,7 @@ class LLMClient:
             try:
                 return await self._create(stage, cfg, tenant, messages, response_format(name, response_model))
             except openai.APIStatusError as exc:
-                if self.settings.llm.llm_response_format != "auto" or not _rejects_format(exc, name):
+                if self.settings.llm_response_format != "auto" or not _rejects_format(exc, name):
                     raise
                 self._step_down(stage, cfg, tenant, name, exc.status_code)
 
@@ -469,7 +469,7 @@ class LLMClient:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop = loop
-            self._semaphore = asyncio.Semaphore(self.settings.llm.llm_concurrency)
+            self._semaphore = asyncio.Semaphore(self.settings.llm_concurrency)
             self._clients = {}  # the old loop's connections cannot be used (nor closed) from this one
 
     def _slots(self) -> asyncio.Semaphore:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from memstream.core.store import CollectionSpec, VectorStore
 
 if TYPE_CHECKING:
-    from memstream.adapters.settings import Settings
+    from memstream.adapters.settings import StorageSettings
 
 
 class Shards(Protocol):
@@ -123,14 +123,14 @@ class EdgeShards:
         self.release(list(self._stores))
 
 
-def open_shards(settings: Settings, specs: Sequence[CollectionSpec]) -> Shards:
+def open_shards(settings: StorageSettings, specs: Sequence[CollectionSpec]) -> Shards:
     """The configured store, per partition, with ``specs`` ensured in each."""
-    if settings.storage.store == "edge":
-        return EdgeShards(settings.storage.data_dir / "store", specs)
-    if not settings.storage.qdrant_url:
+    if settings.store == "edge":
+        return EdgeShards(settings.data_dir / "store", specs)
+    if not settings.qdrant_url:
         raise ValueError("MEMSTREAM_STORE=qdrant needs MEMSTREAM_QDRANT_URL")
     # Imported here so a process pays only for the client library it uses.
     from memstream.adapters.store.qdrant_server import QdrantServerStore
 
-    api_key = settings.storage.qdrant_api_key.get_secret_value() if settings.storage.qdrant_api_key else None
-    return SharedStore(QdrantServerStore.from_url(settings.storage.qdrant_url, api_key), specs)
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    return SharedStore(QdrantServerStore.from_url(settings.qdrant_url, api_key), specs)

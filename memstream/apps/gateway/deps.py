@@ -65,7 +65,7 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
     if settings.gateway.api_keys is None:
         log.warning("MEMSTREAM_API_KEYS unset: no authentication, every request is tenant %r", DEFAULT_TENANT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per store call otherwise
-    embedder = await asyncio.to_thread(make_embedder, settings)
+    embedder = await asyncio.to_thread(make_embedder, settings.embedding)
     shards = gateway_shards(settings, embedder.dim)
     producer = AIOKafkaProducer(
         **client_kwargs(settings), partitioner=by_key, acks="all", request_timeout_ms=10_000
@@ -73,7 +73,7 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
     await producer.start()
     hub = UpdateHub(settings)
     await hub.start()
-    llm = LLMClient(settings) if settings.llm.llm_base_url else None
+    llm = LLMClient(settings.llm) if settings.llm.llm_base_url else None
     try:
         yield Services(settings, embedder, shards, producer, hub, llm)
     finally:

@@ -94,7 +94,7 @@ def configured_tenants(settings: Settings) -> list[str]:
 def _shards(settings: Settings) -> Shards:
     # As a gateway reads them: through the workers that own the embedded shards (the pipeline
     # running), or the Qdrant server.
-    return gateway_shards(settings, make_embedder(settings).dim)
+    return gateway_shards(settings, make_embedder(settings.embedding).dim)
 
 
 def list_users(settings: Settings, tenants: Sequence[str], invalid_only: bool) -> list[str]:

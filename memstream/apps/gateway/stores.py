@@ -14,7 +14,7 @@ def gateway_shards(settings: Settings, dim: int) -> Shards:
     """The stores as a process that owns no partition reads them: the Qdrant server directly, or
     each embedded partition through the worker that holds it."""
     if settings.storage.store == "qdrant":
-        return open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
+        return open_shards(settings.storage, [units_spec(dim), views_spec(dim), memories_spec(dim)])
     token = settings.worker.internal_token
     return OwnerShards(worker_status_urls(settings), token.get_secret_value() if token else None)
 
