@@ -19,7 +19,7 @@ def test_a_worker_holds_the_stores_of_the_data_partitions_it_is_assigned_until_r
 ) -> None:
     settings = Settings(storage=StorageSettings(data_dir=tmp_path))
     partitions = Partitions(
-        faust.App("partitions-test", **faust_settings(settings)), settings, lambda: 0.0, 60.0
+        faust.App("partitions-test", **faust_settings(settings)), settings.kafka, lambda: 0.0, 60.0
     )
     turns, updates = settings.kafka.topic(TURNS.name), settings.kafka.topic(MEMORY_UPDATES.name)
     consolidation = settings.kafka.topic(CONSOLIDATION.name)

@@ -174,7 +174,7 @@ class Worker:
             clock,
             self.publish,
         )
-        self.partitions = Partitions(self.app, settings, clock, self.idle_close.total_seconds())
+        self.partitions = Partitions(self.app, settings.kafka, clock, self.idle_close.total_seconds())
         self.readiness = Readiness()
         self.leases = ReadLeases(settings.worker.worker_recall_concurrency)
         self._wire()

@@ -47,7 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
         responses=errors.RESPONSES,
         exception_handlers=errors.HANDLERS,
     )
-    app.add_middleware(Gate, admission=Admission.of(settings))
+    app.add_middleware(Gate, admission=Admission.of(settings.gateway))
     app.include_router(ingest.router)  # POST /v1/turns, GET a stored turn
     app.include_router(recall.router)  # recall, answer, the memory tree, live updates (SSE)
     app.include_router(tools.router)  # the agent tools

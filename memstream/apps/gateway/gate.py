@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.adapters import metrics
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import GatewaySettings
 from memstream.apps.gateway.auth import (
     Bucket,
     digest,
@@ -72,15 +72,15 @@ class Admission:
     body_timeout_s: float
 
     @classmethod
-    def of(cls, settings: Settings) -> Admission:
-        keys = parse_keys(settings.gateway.api_keys.get_secret_value()) if settings.gateway.api_keys else None
+    def of(cls, settings: GatewaySettings) -> Admission:
+        keys = parse_keys(settings.api_keys.get_secret_value()) if settings.api_keys else None
         return cls(
             keys,
-            settings.gateway.rate_limit_per_s,
-            settings.gateway.rate_limit_burst,
-            settings.gateway.gateway_max_in_flight,
-            settings.gateway.gateway_max_in_flight_per_key,
-            settings.gateway.gateway_body_timeout_s,
+            settings.rate_limit_per_s,
+            settings.rate_limit_burst,
+            settings.gateway_max_in_flight,
+            settings.gateway_max_in_flight_per_key,
+            settings.gateway_body_timeout_s,
         )
 
 
