@@ -454,7 +454,7 @@ class Settings(BaseModel):
 
     def replace(self, **changes: Any) -> Settings:
         """These settings with some changed, by their flat names (as in ``MEMSTREAM_<NAME>``),
-        validated as if read from the environment."""
+        validated like any other value (model_copy would not validate them)."""
         unknown = sorted(set(changes) - set(FIELDS))
         if unknown:
             raise ValueError(f"no such settings: {unknown}")
@@ -480,17 +480,20 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _fields() -> dict[str, tuple[str, FieldInfo]]:
-    out: dict[str, tuple[str, FieldInfo]] = {}
+def _groups() -> dict[str, type[_Group]]:
+    """Settings' groups by attribute name, in declaration order."""
+    out: dict[str, type[_Group]] = {}
     for group, info in Settings.model_fields.items():
-        model = info.annotation
-        assert isinstance(model, type) and issubclass(model, _Group)
-        out |= {name: (group, f) for name, f in model.model_fields.items()}
+        assert isinstance(info.annotation, type) and issubclass(info.annotation, _Group)
+        out[group] = info.annotation
     return out
 
 
+GROUPS = _groups()
 # Every setting by its flat name: its group in Settings and its declaration.
-FIELDS: dict[str, tuple[str, FieldInfo]] = _fields()
+FIELDS: dict[str, tuple[str, FieldInfo]] = {
+    name: (group, f) for group, model in GROUPS.items() for name, f in model.model_fields.items()
+}
 
 
 def setting_value(settings: Settings, name: str) -> Any:
@@ -500,12 +503,11 @@ def setting_value(settings: Settings, name: str) -> Any:
 
 def json_properties() -> dict[str, Any]:
     """Each setting's JSON schema by its flat name."""
-    out: dict[str, Any] = {}
-    for group in Settings.model_fields:
-        model = Settings.model_fields[group].annotation
-        assert isinstance(model, type) and issubclass(model, _Group)
-        out |= model.model_json_schema()["properties"]
-    return out
+    return {
+        name: schema
+        for model in GROUPS.values()
+        for name, schema in model.model_json_schema()["properties"].items()
+    }
 
 
 # Read by the clients of a gateway (`memstream mcp`), not by the server's settings.
