@@ -114,15 +114,15 @@ def run(
         llm_span, mean_in_flight = server.chat_span_s, server.mean_in_flight
         max_in_flight = server.max_in_flight
 
-    dim = make_embedder(settings).dim
-    shards = open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
-    stores = all_stores(shards, settings.topic_partitions)
+    dim = make_embedder(settings.embedding).dim
+    shards = open_shards(settings.storage, [units_spec(dim), views_spec(dim), memories_spec(dim)])
+    stores = all_stores(shards, settings.kafka.topic_partitions)
     kinds = Counter(
         memory_from_payload(h.payload).kind.value for s in stores for h in scroll_all(s, MEMORIES)
     )
     units = sum(s.count(UNITS) for s in stores)
     shards.close()
-    bound = settings.llm_concurrency
+    bound = settings.llm.llm_concurrency
     ideal = served["calls"] * llm_latency / bound  # the LLM phase if `bound` calls were always in flight
     t0, ingested, done = phases.started, phases.ingested, phases.settled
     consolidation_wall = done - ingested

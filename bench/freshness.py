@@ -95,7 +95,7 @@ class Tally:
 
 def ingest_counters(settings: Settings) -> dict[str, float]:
     """The worker's ingest batch histograms (turns per batch, seconds per stage): sums and counts."""
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    url = f"http://127.0.0.1:{settings.worker.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as resp:
         text = resp.read().decode()
     out = {}

@@ -30,7 +30,7 @@ from memstream.adapters.embedders import make_embedder
 from memstream.adapters.kafka import wait_group_coordinator
 from memstream.adapters.kafka_server import KafkaServer
 from memstream.adapters.processes import stop_session as stop
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings, Settings, StorageSettings
 from memstream.adapters.store import all_stores, open_shards, scroll_all
 from memstream.apps.status import fetch_status
 from memstream.core.unit_views import views_spec
@@ -153,9 +153,12 @@ def bench_broker(kind: BrokerKind, work: Path) -> Iterator[Broker | KafkaServer]
     ``work/broker``; on Kafka once its group coordinator answers, as `memstream up` waits before its
     workers join (else the first join meets COORDINATOR_NOT_AVAILABLE for seconds)."""
     (work / "broker").mkdir(parents=True, exist_ok=True)
-    with embedded_broker(Settings(broker=kind, data_dir=work / "broker"), free_port()) as broker:
+    settings = Settings(kafka=KafkaSettings(broker=kind), storage=StorageSettings(data_dir=work / "broker"))
+    with embedded_broker(settings, free_port()) as broker:
         if kind == "kafka":
-            asyncio.run(wait_group_coordinator(Settings(bootstrap_servers=broker.bootstrap)))
+            asyncio.run(
+                wait_group_coordinator(Settings(kafka=KafkaSettings(bootstrap_servers=broker.bootstrap)))
+            )
         yield broker
 
 
@@ -201,12 +204,16 @@ def start_up(
 def stored_turn_ids(settings: Settings) -> set[str]:
     """The turn ids in the units collection of every partition (the worker stopped: the shards are free)."""
     shards = open_shards(
-        settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+        settings.storage,
+        [
+            units_spec(make_embedder(settings.embedding).dim),
+            views_spec(make_embedder(settings.embedding).dim),
+        ],
     )
     try:
         return {
             unit_from_payload(h.payload).turn_id
-            for store in all_stores(shards, settings.topic_partitions)
+            for store in all_stores(shards, settings.kafka.topic_partitions)
             for h in scroll_all(store, UNITS)
         }
     finally:

@@ -52,12 +52,12 @@ from memstream.streams.ingest import Incoming, IngestProcessor
 def embedder_rate(settings: Settings, texts: list[str]) -> float:
     """The embedder alone on what ingest embeds for ``texts`` (each turn, and the sentences of a turn of
     several: ``with_sentences``), in calls of the pipeline's batch size (turns/s)."""
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     batches = [
-        with_sentences(texts[i : i + settings.batch_size])[0]
-        for i in range(0, len(texts), settings.batch_size)
+        with_sentences(texts[i : i + settings.worker.batch_size])[0]
+        for i in range(0, len(texts), settings.worker.batch_size)
     ]
-    embedder.embed(batches[0][: settings.embed_batch_size])  # warm-up
+    embedder.embed(batches[0][: settings.embedding.embed_batch_size])  # warm-up
     t0 = time.perf_counter()
     for batch in batches:
         embedder.embed(batch)
@@ -66,16 +66,18 @@ def embedder_rate(settings: Settings, texts: list[str]) -> float:
 
 def processor_rate(settings: Settings, turns: list[Turn], work: Path) -> float:
     """The ingest processor alone (no broker, no faust) on the same turns, fresh store (turns/s)."""
-    alone = settings.model_copy(update={"data_dir": work / "alone"})
-    embedder = make_embedder(alone)
-    shards = open_shards(alone, [units_spec(embedder.dim), views_spec(embedder.dim)])
+    alone = settings.replace(data_dir=work / "alone")
+    embedder = make_embedder(alone.embedding)
+    shards = open_shards(alone.storage, [units_spec(embedder.dim), views_spec(embedder.dim)])
     processor = IngestProcessor(alone, embedder, shards)
     records = [Incoming(t.to_bytes(), t.key, "turns") for t in turns]
     state: dict[bytes, Any] = {}
 
     async def feed() -> None:
-        for i in range(0, len(records), alone.batch_size):
-            state.update((await processor.process(records[i : i + alone.batch_size], state)).window_state)
+        for i in range(0, len(records), alone.worker.batch_size):
+            state.update(
+                (await processor.process(records[i : i + alone.worker.batch_size], state)).window_state
+            )
 
     t0 = time.perf_counter()
     asyncio.run(feed())
@@ -125,7 +127,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
                 raise SystemExit(f"worker never processed the warm-up turns; see {work / 'worker.log'}")
             # Measure only once the group is stable, so no rebalance falls inside the timing.
             deadline = time.monotonic() + 120
-            while fetch_status(settings).get("partitions") != list(range(settings.topic_partitions)):
+            while fetch_status(settings).get("partitions") != list(range(settings.kafka.topic_partitions)):
                 if time.monotonic() > deadline:
                     raise SystemExit(f"workers never shared out the partitions; see {work / 'worker.log'}")
                 time.sleep(0.5)
@@ -140,11 +142,15 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
             proc.wait(timeout=60)
 
         shards = open_shards(
-            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+            settings.storage,
+            [
+                units_spec(make_embedder(settings.embedding).dim),
+                views_spec(make_embedder(settings.embedding).dim),
+            ],
         )
         units = [
             unit_from_payload(h.payload)
-            for store in all_stores(shards, settings.topic_partitions)
+            for store in all_stores(shards, settings.kafka.topic_partitions)
             for h in scroll_all(store, UNITS)
         ]
         keys = Counter(f"{u.key}/{u.turn_id}" for u in units)
@@ -161,7 +167,7 @@ def run_once(embedder: str, turns: int, users: int, workers: int, broker_kind: B
             "duplicates": duplicates,
             "produce_turns_per_s": round(report.rate, 1),
             "elapsed_s": round(elapsed, 2),
-            "batch_size": settings.batch_size,
+            "batch_size": settings.worker.batch_size,
             "workers": workers,
         }
 

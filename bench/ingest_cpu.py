@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from memstream.adapters.embedders import make_embedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, Settings, StorageSettings
 from memstream.adapters.store import open_shards, scroll_all
 from memstream.apps.sample_conversations import generate
 from memstream.core.store import VectorStore
@@ -37,9 +37,11 @@ CLOCK = 1_800_000_000.0  # a fixed wall clock, so window states and dead letters
 
 
 def run(turns: int, data_dir: Path) -> dict[str, Any]:
-    settings = Settings(embedder="hash", data_dir=data_dir)
-    embedder = make_embedder(settings)
-    shards = open_shards(settings, [units_spec(embedder.dim), views_spec(embedder.dim)])
+    settings = Settings(
+        embedding=EmbeddingSettings(embedder="hash"), storage=StorageSettings(data_dir=data_dir)
+    )
+    embedder = make_embedder(settings.embedding)
+    shards = open_shards(settings.storage, [units_spec(embedder.dim), views_spec(embedder.dim)])
     store = shards.get(0)  # opened before the timing; hand-built records carry no partition
     processor = IngestProcessor(settings, embedder, shards, clock=lambda: CLOCK)
     sample = islice(generate(users=200, days=365, tenant="bench"), turns)
@@ -48,8 +50,8 @@ def run(turns: int, data_dir: Path) -> dict[str, Any]:
     results: list[BatchResult] = []
 
     async def feed() -> None:
-        for i in range(0, len(records), settings.batch_size):
-            results.append(await processor.process(records[i : i + settings.batch_size], state))
+        for i in range(0, len(records), settings.worker.batch_size):
+            results.append(await processor.process(records[i : i + settings.worker.batch_size], state))
             state.update(results[-1].window_state)
 
     cpu = time.process_time()

@@ -50,7 +50,7 @@ def replay_until_settled(
     def left() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    every = list(range(settings.topic_partitions))
+    every = list(range(settings.kafka.topic_partitions))
     wait(lambda: fetch_status(settings)["partitions"] == every, left(), "the partitions", proc, log)
     started = time.monotonic()
     report = asyncio.run(replay(settings, list(records), wait=True, wait_timeout=left(), progress=False))

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from memstream.adapters.embedders import make_embedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, Settings, StorageSettings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
 from memstream.core.memories import MEMORIES, memories_spec
@@ -50,9 +50,9 @@ QUESTIONS = [
 
 
 async def build(settings: Settings, units: int, users: int) -> tuple[EdgeShards, dict[str, Any]]:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     shards = EdgeShards(
-        settings.data_dir / "store",
+        settings.storage.data_dir / "store",
         [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
     )
     turns = list(islice(generate(users=users, days=365 * 3, tenant="bench"), units))
@@ -83,9 +83,11 @@ async def run(
     units: int, users: int, queries: int, embedder: str, budget: int, lexical: list[int]
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memstream-bench-recall-") as tmp:
-        settings = Settings(data_dir=Path(tmp), embedder=embedder)
+        settings = Settings(
+            storage=StorageSettings(data_dir=Path(tmp)), embedding=EmbeddingSettings(embedder=embedder)
+        )
         shards, info = await build(settings, units, users)
-        model = make_embedder(settings)
+        model = make_embedder(settings.embedding)
         store = shards.get(0)
         rng = random.Random(7)
         keys = sorted(info["last"])

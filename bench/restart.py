@@ -82,7 +82,7 @@ def ready_at(log: Path, pid: int) -> float | None:
 
 
 def changelog(settings: Settings) -> str:
-    return f"{settings.app_id}-window-state-changelog"
+    return f"{settings.kafka.app_id}-window-state-changelog"
 
 
 def changelog_records(settings: Settings) -> int:
@@ -92,7 +92,7 @@ def changelog_records(settings: Settings) -> int:
         consumer = AIOKafkaConsumer(**client_kwargs(settings))
         await consumer.start()
         try:
-            tps = [TopicPartition(changelog(settings), p) for p in range(settings.topic_partitions)]
+            tps = [TopicPartition(changelog(settings), p) for p in range(settings.kafka.topic_partitions)]
             return sum((await consumer.end_offsets(tps)).values())
         finally:
             await consumer.stop()
@@ -134,7 +134,7 @@ def timed_start(
     try:
         probe = asyncio.run(replay(settings, [probe_turn(n)], progress=False))
         done = asyncio.run(
-            wait_processed(settings, settings.topic(TURNS.name), probe.last_offsets, timeout, poll=0.1)
+            wait_processed(settings, settings.kafka.topic(TURNS.name), probe.last_offsets, timeout, poll=0.1)
         )
         ready_s = time.time() - started
         if not done:

@@ -106,7 +106,7 @@ async def table_bytes(settings: Settings) -> dict[str, int]:
                 latest.pop(r.key or b"", None)
             else:
                 latest[r.key or b""] = len(r.key or b"") + len(r.value)
-        out[name.removeprefix(f"{settings.app_id}-").removesuffix("-changelog")] = sum(latest.values())
+        out[name.removeprefix(f"{settings.kafka.app_id}-").removesuffix("-changelog")] = sum(latest.values())
     return out
 
 
@@ -160,14 +160,14 @@ def one_size(
             try:
                 probe = list(turns(1, 1, salt="-warm"))
                 asyncio.run(replay(settings, probe, wait=True, wait_timeout=left(), progress=False))
-                every = list(range(settings.topic_partitions))
+                every = list(range(settings.kafka.topic_partitions))
                 wait(
                     lambda: fetch_status(settings)["partitions"] == every, left(), "the partitions", proc, log
                 )
                 print(f"{users:,} users: producing {users * per_user:,} turns", file=sys.stderr, flush=True)
                 t0 = time.monotonic()
                 report = asyncio.run(replay(settings, turns(users, per_user), total=users * per_user))
-                topic = settings.topic(TURNS.name)
+                topic = settings.kafka.topic(TURNS.name)
                 if not asyncio.run(wait_processed(settings, topic, report.last_offsets, left(), poll=0.5)):
                     raise SystemExit(f"not drained before the deadline; see {log}")
                 ingest_s = time.monotonic() - t0

@@ -98,7 +98,7 @@ def run(
     if server is not None:
         result |= {
             "llm_latency_s": llm_latency,
-            "concurrency": settings.llm_concurrency,
+            "concurrency": settings.llm.llm_concurrency,
             "llm_calls": server.usage_totals["calls"],
             "max_in_flight": server.max_in_flight,
             "mean_in_flight": round(server.mean_in_flight, 2),

@@ -259,7 +259,7 @@ def _soak(
     left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
     with Broker(free_port(), work / "tansu.log") as broker:
         settings, proc, log = start_up(broker, work, **({"MEMSTREAM_ROLES": roles} if roles else {}))
-        sampler = Sampler(proc.pid, settings.metrics_port, interval, deadline)
+        sampler = Sampler(proc.pid, settings.worker.metrics_port, interval, deadline)
         drained = False
         consolidated: bool | None = None
         settle_s: float | None = None
@@ -268,7 +268,7 @@ def _soak(
             warm_report = asyncio.run(replay(settings, warm, wait=True, wait_timeout=left(), progress=False))
             if not warm_report.processed:
                 raise SystemExit(f"the worker never processed the warm-up turns; see {log}")
-            every = list(range(settings.topic_partitions))
+            every = list(range(settings.kafka.topic_partitions))
             wait(lambda: fetch_status(settings)["partitions"] == every, left(), "the partitions", proc, log)
             baseline = sampler.sample()
             sampler.samples.clear()
@@ -285,7 +285,7 @@ def _soak(
                 file=sys.stderr,
                 flush=True,
             )
-            topic = settings.topic(TURNS.name)
+            topic = settings.kafka.topic(TURNS.name)
             drained = asyncio.run(wait_processed(settings, topic, report.last_offsets, left(), poll=0.5))
             drain_s = time.monotonic() - sampler.t0
             if drained:
@@ -312,12 +312,16 @@ def _soak(
         print(f"{'drained' if drained else 'NOT drained'} after {drain_s:.1f}s", file=sys.stderr, flush=True)
 
         shards = open_shards(
-            settings, [units_spec(make_embedder(settings).dim), views_spec(make_embedder(settings).dim)]
+            settings.storage,
+            [
+                units_spec(make_embedder(settings.embedding).dim),
+                views_spec(make_embedder(settings.embedding).dim),
+            ],
         )
         try:
             stored = {
                 f"{u.key}/{u.turn_id}"
-                for store in all_stores(shards, settings.topic_partitions)
+                for store in all_stores(shards, settings.kafka.topic_partitions)
                 for h in scroll_all(store, UNITS)
                 for u in [unit_from_payload(h.payload)]
             }
@@ -333,7 +337,7 @@ def _soak(
         },
         "turns": turns,
         "users": users,
-        "roles": settings.roles,
+        "roles": settings.worker.roles,
         "produce_s": round(report.seconds, 1),
         "produce_turns_per_s": round(report.rate, 1),
         "drained": drained,

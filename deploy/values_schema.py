@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import FIELDS, json_properties
 
 # Settings the chart sets from its own values (so `config` must not repeat them), and why.
 MANAGED: dict[str, str] = {
@@ -57,15 +57,13 @@ NOT_APPLICABLE: dict[str, str] = {
 def secret_fields() -> list[str]:
     """The secret settings the chart takes as Secret references (not those it never uses)."""
     return [
-        n
-        for n, f in Settings.model_fields.items()
-        if SecretStr in _members(f.annotation) and n not in NOT_APPLICABLE
+        n for n, (_, f) in FIELDS.items() if SecretStr in _members(f.annotation) and n not in NOT_APPLICABLE
     ]
 
 
 def config_fields() -> list[str]:
     skip = set(MANAGED) | set(NOT_APPLICABLE) | set(secret_fields())
-    return [n for n in Settings.model_fields if n not in skip]
+    return [n for n in FIELDS if n not in skip]
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
@@ -144,10 +142,9 @@ def _role() -> dict[str, Any]:
 
 
 def values_schema() -> dict[str, Any]:
-    props = Settings.model_json_schema()["properties"]
-    settings_fields = Settings.model_fields
-    protocol = list(_members(settings_fields["kafka_security_protocol"].annotation))
-    mechanism = list(_members(settings_fields["kafka_sasl_mechanism"].annotation))
+    props = json_properties()
+    protocol = list(_members(FIELDS["kafka_security_protocol"][1].annotation))
+    mechanism = list(_members(FIELDS["kafka_sasl_mechanism"][1].annotation))
     from memstream.schemas.topics import ALL_TOPICS
 
     topic_names = [spec.name for spec in ALL_TOPICS]

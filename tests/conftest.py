@@ -27,7 +27,7 @@ from hypothesis import settings as hypothesis_settings
 from memstream.adapters.broker import Broker, free_port, free_ports
 from memstream.adapters.kafka import group_offsets, wait_group_coordinator
 from memstream.adapters.kafka_server import KafkaServer, missing
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, KafkaSettings, Settings, StorageSettings
 from memstream.adapters.store import VectorStore, open_shards, scroll_all
 from memstream.adapters.store.shards import all_stores
 from memstream.apps.status import fetch_status, worker_ports
@@ -113,7 +113,7 @@ def start_broker(kind: str, tmp: Path) -> AnyBroker:
     if missing():
         pytest.skip(f"no Apache Kafka here: {missing()}")
     kafka = KafkaServer(free_port(), free_port(), tmp / "kafka", tmp / "kafka.log").start()
-    asyncio.run(wait_group_coordinator(Settings(bootstrap_servers=kafka.bootstrap)))
+    asyncio.run(wait_group_coordinator(Settings(kafka=KafkaSettings(bootstrap_servers=kafka.bootstrap))))
     return kafka
 
 
@@ -188,9 +188,7 @@ def each_worker_owns_a_partition(settings: Settings) -> bool:
     committed (counted as duplicates); Tansu makes the first join wait, so both join at once."""
     try:
         return all(
-            fetch_status(settings.model_copy(update={"workers": 1, "metrics_port": port}), timeout=5)[
-                "partitions"
-            ]
+            fetch_status(settings.replace(workers=1, metrics_port=port), timeout=5)["partitions"]
             for port in worker_ports(settings)
         )
     except OSError:
@@ -222,7 +220,7 @@ def make_pipeline(broker: AnyBroker, tmp: Path, **overrides: str) -> Pipeline:
     }
     # worker i serves its status on the first port + i: a run of free ports, one a worker
     if "MEMSTREAM_METRICS_PORT" not in overrides:
-        env["MEMSTREAM_METRICS_PORT"] = str(free_ports(Settings.from_env(env).workers))
+        env["MEMSTREAM_METRICS_PORT"] = str(free_ports(Settings.from_env(env).worker.workers))
     settings = Settings.from_env(env)
     return Pipeline(settings, env, tmp / "worker.log")
 
@@ -253,7 +251,7 @@ def committed(settings: Settings, topic: str) -> dict[int, int | None]:
         async with group_offsets(settings) as consumer:
             return {
                 p: await consumer.committed(TopicPartition(topic, p))
-                for p in range(settings.topic_partitions)
+                for p in range(settings.kafka.topic_partitions)
             }
 
     return asyncio.run(read())
@@ -295,11 +293,15 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: 
 def stored(settings: Settings) -> tuple[list[Unit], list[Memory]]:
     """Every unit and memory in the stores of a stopped pipeline (the shards are free again)."""
     shards = open_shards(
-        settings,
-        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
+        settings.storage,
+        [
+            units_spec(settings.embedding.hash_dim),
+            views_spec(settings.embedding.hash_dim),
+            memories_spec(settings.embedding.hash_dim),
+        ],
     )
     try:
-        stores = all_stores(shards, settings.topic_partitions)
+        stores = all_stores(shards, settings.kafka.topic_partitions)
         units = [unit_from_payload(h.payload) for s in stores for h in scroll_all(s, UNITS)]
         memories = [memory_from_payload(h.payload) for s in stores for h in scroll_all(s, MEMORIES)]
     finally:
@@ -315,8 +317,8 @@ def sample_memory(tmp_path_factory: pytest.TempPathFactory) -> VectorStore:
     from tests.test_consolidation import consolidate, ingest
 
     tmp = tmp_path_factory.mktemp("sample-memory")
-    settings = Settings(data_dir=tmp, embedder="hash")
-    dim = settings.hash_dim
+    settings = Settings(storage=StorageSettings(data_dir=tmp), embedding=EmbeddingSettings(embedder="hash"))
+    dim = settings.embedding.hash_dim
     shards = EdgeShards(tmp / "store", [units_spec(dim), views_spec(dim), memories_spec(dim)])
     consolidate(ingest(settings, shards))
     return shards.get(0)

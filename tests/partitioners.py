@@ -57,7 +57,7 @@ async def produce(
     client = AIOKafkaProducer(**client_kwargs(settings), partitioner=partitioner, acks="all")
     await client.start()
     try:
-        topic = settings.topic(TURNS.name)
+        topic = settings.kafka.topic(TURNS.name)
         sent = [await client.send(topic, t.to_bytes(), key=t.key.encode()) for t in turns]
         return list(await asyncio.gather(*sent))
     finally:
@@ -68,7 +68,9 @@ def produce_with_confluent(settings: Settings, turns: Sequence[Turn]) -> list[in
     """Send ``turns`` keyed tenant/user_id with confluent-kafka's Producer and its default
     partitioner (librdkafka's ``consistent_random``), idempotent, acks=all; the partition each
     landed on, in the turns' order."""
-    client = confluent_kafka.Producer({"bootstrap.servers": settings.brokers, "enable.idempotence": True})
+    client = confluent_kafka.Producer(
+        {"bootstrap.servers": settings.kafka.brokers, "enable.idempotence": True}
+    )
     landed: dict[int, int | None] = {}
     failed: list[str] = []
 
@@ -80,7 +82,7 @@ def produce_with_confluent(settings: Settings, turns: Sequence[Turn]) -> list[in
 
         return delivered
 
-    topic = settings.topic(TURNS.name)
+    topic = settings.kafka.topic(TURNS.name)
     for i, t in enumerate(turns):
         client.produce(topic, t.to_bytes(), key=t.key.encode(), on_delivery=on_delivery(i))
     unsent = client.flush(60)
@@ -92,14 +94,14 @@ def produce_with_console(server: KafkaServer, settings: Settings, turns: Sequenc
     """Send ``turns`` with Kafka's console producer as the README shows it (one ``key<TAB>json``
     line per turn, ``parse.key=true``, acks=all); the partition each landed on, in the turns' order,
     read back from the topic (each turn must be there once: nothing was forwarded yet)."""
-    topic = settings.topic(TURNS.name)
+    topic = settings.kafka.topic(TURNS.name)
     command = [
         str(java_binary()),
         "-cp",
         f"{kafka_libs(server.libs)}/*",
         "org.apache.kafka.tools.ConsoleProducer",
         "--bootstrap-server",
-        settings.brokers,
+        settings.kafka.brokers,
         "--topic",
         topic,
         "--property",

@@ -288,8 +288,8 @@ def test_cost_report_adds_up_calls_and_tokens_by_stage_and_tenant() -> None:
 def test_roles_are_read_comma_separated_and_cannot_be_empty() -> None:
     from memstream.adapters.settings import Settings
 
-    assert Settings.from_env({"MEMSTREAM_ROLES": "ingest, index"}).roles == ["ingest", "index"]
-    assert Settings().roles == ["ingest", "consolidate", "index"]
+    assert Settings.from_env({"MEMSTREAM_ROLES": "ingest, index"}).worker.roles == ["ingest", "index"]
+    assert Settings().worker.roles == ["ingest", "consolidate", "index"]
     with pytest.raises(ValueError, match="at least one role"):
         Settings.from_env({"MEMSTREAM_ROLES": " , "})
     with pytest.raises(ValueError):

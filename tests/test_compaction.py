@@ -32,7 +32,7 @@ from memstream.adapters.kafka import (
     topic_configs,
 )
 from memstream.adapters.kafka_server import KafkaServer
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings, Settings
 from memstream.apps.datasets import RawRecord
 from memstream.apps.replay import replay
 from memstream.apps.sample_conversations import generate
@@ -79,7 +79,7 @@ def test_a_changelog_compacts_to_each_users_last_state_and_drops_a_forgotten_use
         assert len(configs) >= 3, f"window-state, forgotten and tree-state changelogs: {sorted(configs)}"
         for name, config in configs.items():
             assert config["cleanup.policy"] == "compact", name
-            assert int(config["delete.retention.ms"] or 0) > settings.table_stale_after_s * 1000, name
+            assert int(config["delete.retention.ms"] or 0) > settings.storage.table_stale_after_s * 1000, name
         (window_log,) = [name for name in configs if name.endswith("window-state-changelog")]
 
         own = {u: [t for t in turns if t.user_id == u] for u in users}
@@ -135,10 +135,12 @@ async def test_a_retention_update_keeps_a_topics_other_settings(broker: AnyBroke
         pytest.skip("topic configs are checked on Apache Kafka (MEMSTREAM_TEST_BROKERS=kafka)")
     prefix = f"r{uuid.uuid4().hex[:8]}."
     before = Settings(
-        bootstrap_servers=broker.bootstrap, topic_prefix=prefix, topic_retention_ms={"turns": 60_000}
+        kafka=KafkaSettings(
+            bootstrap_servers=broker.bootstrap, topic_prefix=prefix, topic_retention_ms={"turns": 60_000}
+        )
     )
-    after = before.model_copy(update={"topic_retention_ms": {"turns": 120_000, "windows": -1}})
-    turns, windows = before.topic("turns"), before.topic("windows")
+    after = before.replace(topic_retention_ms={"turns": 120_000, "windows": -1})
+    turns, windows = before.kafka.topic("turns"), before.kafka.topic("windows")
     assert (await ensure_topics(before)).created
     await _shows(before, turns, "retention.ms", "60000")
     await set_topic_configs(before, turns, {"max.message.bytes": "2000000"})
@@ -199,5 +201,5 @@ async def _changelog_configs(settings: Settings) -> dict[str, dict[str, str | No
     finally:
         await admin.close()
     return await topic_configs(
-        settings, [t for t in topics if t.startswith(settings.app_id) and t.endswith("-changelog")]
+        settings, [t for t in topics if t.startswith(settings.kafka.app_id) and t.endswith("-changelog")]
     )

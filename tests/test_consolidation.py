@@ -18,7 +18,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import (
+    ConsolidationSettings,
+    EmbeddingSettings,
+    LlmSettings,
+    Settings,
+    StorageSettings,
+)
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
 from memstream.consumers import Consolidation, build_consolidation
@@ -50,7 +56,9 @@ def ingest(
     turns: Sequence[Turn] = TURNS,
 ) -> InProcess:
     """The pipeline in process (streams/offline.py) with ``turns`` ingested, not yet consolidated."""
-    pipeline = InProcess(settings, HashingEmbedder(settings.hash_dim), shards, consolidation, batch_size=64)
+    pipeline = InProcess(
+        settings, HashingEmbedder(settings.embedding.hash_dim), shards, consolidation, batch_size=64
+    )
     asyncio.run(pipeline.ingest(turns))
     return pipeline
 
@@ -75,7 +83,7 @@ def requests(pipeline: InProcess) -> list[ConsolidationRequest]:
 
 def redeliver(pipeline: InProcess, settings: Settings, shards: EdgeShards, c: Consolidation) -> None:
     """Every consolidation request and closed window again, to a worker that lost its state."""
-    again = InProcess(settings, HashingEmbedder(settings.hash_dim), shards, c, batch_size=64)
+    again = InProcess(settings, HashingEmbedder(settings.embedding.hash_dim), shards, c, batch_size=64)
     for spec in (CONSOLIDATION, WINDOWS):
         for r in pipeline.topics.logs[spec.name]:
             again.topics.append(spec.name, r.key_bytes or b"", r.value or b"", r.timestamp)
@@ -102,8 +110,8 @@ def setup(
     overrides: dict[str, Any] = {"data_dir": tmp_path, "embedder": "hash", "llm_backoff_base_s": 0.01}
     if request.param == "llm":
         overrides |= {"llm_base_url": server.base_url, "llm_model": "test-model"}
-    settings = Settings(**overrides)
-    embedder = HashingEmbedder(settings.hash_dim)
+    settings = Settings().replace(**overrides)
+    embedder = HashingEmbedder(settings.embedding.hash_dim)
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
@@ -150,8 +158,12 @@ def small_talk_in(store: VectorStore, requests: Sequence[ConsolidationRequest]) 
 def test_small_talk_only_makes_nothing_and_costs_no_llm_call(tmp_path: Path, server: OpenAIServer) -> None:
     """A recurring cluster of pleasantries ("Coffee time here." / "Enjoy it!") is not memory: the
     recurrence consolidator returns nothing without calling the writer, so no tokens are spent."""
-    settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url, llm_model="m")
-    embedder = HashingEmbedder(settings.hash_dim)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path),
+        embedding=EmbeddingSettings(embedder="hash"),
+        llm=LlmSettings(llm_base_url=server.base_url, llm_model="m"),
+    )
+    embedder = HashingEmbedder(settings.embedding.hash_dim)
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
@@ -259,8 +271,12 @@ def test_the_same_events_twice_give_the_same_memory(
 def test_llm_tokens_counted_equal_the_servers_usage(tmp_path: Path) -> None:
     with OpenAIServer() as server:
         server.chat_responder = respond
-        settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url, llm_model="m")
-        embedder = HashingEmbedder(settings.hash_dim)
+        settings = Settings(
+            storage=StorageSettings(data_dir=tmp_path),
+            embedding=EmbeddingSettings(embedder="hash"),
+            llm=LlmSettings(llm_base_url=server.base_url, llm_model="m"),
+        )
+        embedder = HashingEmbedder(settings.embedding.hash_dim)
         shards = EdgeShards(
             tmp_path / "store",
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
@@ -303,8 +319,12 @@ def test_a_time_anchored_update_invalidates_the_fact_it_supersedes(tmp_path: Pat
 
     with OpenAIServer() as server:
         server.chat_responder = responder
-        settings = Settings(data_dir=tmp_path, embedder="hash", llm_base_url=server.base_url)
-        embedder = HashingEmbedder(settings.hash_dim)
+        settings = Settings(
+            storage=StorageSettings(data_dir=tmp_path),
+            embedding=EmbeddingSettings(embedder="hash"),
+            llm=LlmSettings(llm_base_url=server.base_url),
+        )
+        embedder = HashingEmbedder(settings.embedding.hash_dim)
         shards = EdgeShards(
             tmp_path / "store",
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
@@ -375,8 +395,10 @@ class VectorsLost:
 def test_recurrence_reuses_the_stored_unit_vectors_and_embeds_only_missing_ones(tmp_path: Path) -> None:
     """Ingest stored each unit with its text's vector: a request's units are not embedded again, a
     unit whose vector the store does not return is, and the updates are the same either way."""
-    settings = Settings(data_dir=tmp_path, embedder="hash")
-    embedder = Counting(settings.hash_dim)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path), embedding=EmbeddingSettings(embedder="hash")
+    )
+    embedder = Counting(settings.embedding.hash_dim)
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
@@ -463,8 +485,10 @@ def caption_turns() -> list[Turn]:
 
 
 def test_session_day_and_week_headers_name_only_the_speakers_and_hold_no_markup(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path, embedder="hash")
-    embedder = HashingEmbedder(settings.hash_dim)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path), embedding=EmbeddingSettings(embedder="hash")
+    )
+    embedder = HashingEmbedder(settings.embedding.hash_dim)
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
@@ -491,8 +515,12 @@ def test_a_closed_session_writes_dated_third_person_observations_of_its_turns(tm
     """Every session's informative turns become observations (budget 1: all of them), each naming its turn;
     the same thing said again in a later session is one memory with the day it was said again, and a
     redelivered window rewrites the same memories."""
-    settings = Settings(data_dir=tmp_path, embedder="hash", observation_budget=1.0)
-    embedder = HashingEmbedder(settings.hash_dim)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path),
+        embedding=EmbeddingSettings(embedder="hash"),
+        consolidation=ConsolidationSettings(observation_budget=1.0),
+    )
+    embedder = HashingEmbedder(settings.embedding.hash_dim)
     shards = EdgeShards(
         tmp_path / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )

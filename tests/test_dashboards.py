@@ -136,13 +136,13 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
             async def malformed_and_misplaced() -> None:
                 async with producer(settings) as p:
-                    topic = settings.topic(TURNS.name)
+                    topic = settings.kafka.topic(TURNS.name)
                     await p.send_and_wait(topic, b"{not json", key=b"default/user-0002")
                     # A turn on a partition other than its key's, as another client's partitioner
                     # would place it: forwarded, and counted.
                     stray = {**turns[0], "tenant": "default", "turn_id": "misplaced-1"}
                     key = f"default/{stray['user_id']}".encode()
-                    n = settings.topic_partitions
+                    n = settings.kafka.topic_partitions
                     elsewhere = (partition_for(key, n) + 1) % n
                     await p.send_and_wait(topic, json.dumps(stray).encode(), key=key, partition=elsewhere)
 
@@ -170,7 +170,7 @@ def scrape(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 client.post("/v1/answer", json={"user_id": USERS[0], "query": "moving?"}).status_code == 200
             )
             assert client.delete(f"/v1/users/{USERS[1]}").status_code == 200
-            worker_url = f"http://127.0.0.1:{settings.metrics_port}"
+            worker_url = f"http://127.0.0.1:{settings.worker.metrics_port}"
             ready_r = httpx.get(f"{worker_url}/readyz", timeout=10)
             yield Scrape(
                 worker=httpx.get(f"{worker_url}/metrics", timeout=10).text,

@@ -41,7 +41,7 @@ from deploy.values_schema import MANAGED, NOT_APPLICABLE, config_fields, secret_
 from memstream.adapters import metrics
 from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import DYNAMIC_TOPIC_CONFIG, _set_retention, client_kwargs, security_kwargs
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import FIELDS, Settings
 from memstream.schemas.topics import ALL_TOPICS, CONSOLIDATION, MEMORY_UPDATES, TURNS, WINDOWS
 from memstream.streams.faust_adapter import faust_credentials, faust_settings
 from memstream.streams.pages import Readiness
@@ -134,7 +134,7 @@ def test_sasl_without_credentials_and_unknown_retention_topics_are_refused() -> 
     with pytest.raises(ValidationError, match=r"retention\.ms"):
         Settings.from_env({"MEMSTREAM_TOPIC_RETENTION_MS": '{"turns": -5}'})
     ok = Settings.from_env({"MEMSTREAM_TOPIC_RETENTION_MS": '{"turns": 604800000, "memory.updates": -1}'})
-    assert ok.topic_retention_ms == {"turns": 604800000, "memory.updates": -1}
+    assert ok.kafka.topic_retention_ms == {"turns": 604800000, "memory.updates": -1}
 
 
 # --- worker readiness -------------------------------------------------------------------------------
@@ -273,18 +273,21 @@ def test_every_role_is_its_own_deployment_running_the_documented_command(
         (c,) = spec["containers"]
         assert c["args"] == ["up"]
         settings = Settings.from_env(_env(docs, spec))
-        assert settings.roles == [role]
-        assert settings.store == "qdrant" and settings.qdrant_url
-        assert settings.gateway_port == 0 and settings.workers == 1
-        assert settings.metrics_host == "0.0.0.0"
-        assert settings.metrics_port == c["ports"][0]["containerPort"]
-        assert settings.data_dir == Path("/data")
-        assert settings.minilm_threads >= 1  # never "all the node's cores" in a pod
+        assert settings.worker.roles == [role]
+        assert settings.storage.store == "qdrant" and settings.storage.qdrant_url
+        assert settings.gateway.gateway_port == 0 and settings.worker.workers == 1
+        assert settings.worker.metrics_host == "0.0.0.0"
+        assert settings.worker.metrics_port == c["ports"][0]["containerPort"]
+        assert settings.storage.data_dir == Path("/data")
+        assert settings.embedding.minilm_threads >= 1  # never "all the node's cores" in a pod
     gw = deployments["memstream-gateway"]["spec"]["template"]["spec"]
     (c,) = gw["containers"]
     assert c["args"] == ["gateway"]
     settings = Settings.from_env(_env(docs, gw))
-    assert settings.gateway_host == "0.0.0.0" and settings.gateway_port == c["ports"][0]["containerPort"]
+    assert (
+        settings.gateway.gateway_host == "0.0.0.0"
+        and settings.gateway.gateway_port == c["ports"][0]["containerPort"]
+    )
 
 
 def test_production_settings_reach_the_pods_as_the_settings_object_reads_them(
@@ -292,12 +295,15 @@ def test_production_settings_reach_the_pods_as_the_settings_object_reads_them(
 ) -> None:
     spec = _named(production, "Deployment", "memstream-consolidate")["spec"]["template"]["spec"]
     settings = Settings.from_env(_env(production, spec))
-    assert settings.topic_partitions == 24 and settings.topic_replication_factor == 3
-    assert settings.topic_retention_ms["memory.updates"] == -1
-    assert settings.kafka_security_protocol == "SASL_SSL" and settings.kafka_sasl_mechanism == "SCRAM-SHA-512"
-    assert settings.kafka_ssl_cafile == Path("/etc/memstream/kafka-ca/ca.crt")
-    assert settings.llm_stages == {"facts": {"model": "gpt-4o", "max_tokens": 900}}
-    assert settings.llm_daily_token_budget == 2_000_000 and settings.rate_limit_per_s == 100.0
+    assert settings.kafka.topic_partitions == 24 and settings.kafka.topic_replication_factor == 3
+    assert settings.kafka.topic_retention_ms["memory.updates"] == -1
+    assert (
+        settings.kafka.kafka_security_protocol == "SASL_SSL"
+        and settings.kafka.kafka_sasl_mechanism == "SCRAM-SHA-512"
+    )
+    assert settings.kafka.kafka_ssl_cafile == Path("/etc/memstream/kafka-ca/ca.crt")
+    assert settings.llm.llm_stages == {"facts": {"model": "gpt-4o", "max_tokens": 900}}
+    assert settings.llm.llm_daily_token_budget == 2_000_000 and settings.gateway.rate_limit_per_s == 100.0
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert "/etc/memstream/kafka-ca" in mounts
 
@@ -414,7 +420,7 @@ def test_the_values_schema_refuses_what_the_chart_sets_itself_and_wrong_types(he
 
 
 def test_every_setting_is_configurable_exactly_once() -> None:
-    fields = set(Settings.model_fields)
+    fields = set(FIELDS)
     groups = [set(config_fields()), set(MANAGED), set(NOT_APPLICABLE), set(secret_fields())]
     assert set().union(*groups) == fields
     assert sum(len(g) for g in groups) == len(fields)  # no setting in two places
@@ -423,9 +429,7 @@ def test_every_setting_is_configurable_exactly_once() -> None:
     expected = {f"MEMSTREAM_{n.upper()}" for n in config_fields()}
     assert set(values["config"]) == expected == set(schema["properties"]["config"]["properties"])
     for name, value in values["config"].items():  # the chart's defaults are the code's
-        default = Settings.model_fields[name[len("MEMSTREAM_") :].lower()].get_default(
-            call_default_factory=True
-        )
+        default = FIELDS[name[len("MEMSTREAM_") :].lower()][1].get_default(call_default_factory=True)
         assert value == default, name
 
 
@@ -522,7 +526,7 @@ def test_no_pod_serves_store_data_and_the_network_policy_is_on_by_default(
         if name.endswith("-topics") or name.endswith("-test-gateway"):
             continue
         settings = Settings.from_env(_env(minimal, spec))
-        assert settings.store == "qdrant", name
+        assert settings.storage.store == "qdrant", name
         (container,) = spec["containers"]
         assert {p["name"] for p in container.get("ports", [])} <= {"http", "metrics"}, name
 
@@ -691,7 +695,7 @@ async def _describe(settings: Settings) -> dict[str, tuple[int, str | None]]:
     admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()
     try:
-        names = [settings.topic(s.name) for s in ALL_TOPICS]
+        names = [settings.kafka.topic(s.name) for s in ALL_TOPICS]
         parts = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
         described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
         retention: dict[str, str | None] = {}

@@ -19,7 +19,7 @@ from memstream.adapters.embedders import Embedder, make_embedder
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.embedders.minilm import MAX_TOKENS, MiniLMEmbedder, find_tokenizer
 from memstream.adapters.embedders.openai_embedder import EmbeddingError, OpenAIEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings
 from memstream.testing.openai_server import Failure, OpenAIServer, bag_of_words
 
 TEXTS = [
@@ -123,14 +123,14 @@ def test_paraphrase_closer_than_unrelated(embedder: Embedder) -> None:
 
 
 def test_make_embedder_from_settings(server: OpenAIServer) -> None:
-    hashing = make_embedder(Settings(embedder="hash", hash_dim=64))
+    hashing = make_embedder(EmbeddingSettings(embedder="hash", hash_dim=64))
     assert isinstance(hashing, HashingEmbedder) and hashing.dim == 64
     remote = make_embedder(
-        Settings(embedder="openai", openai_base_url=server.base_url, openai_embedding_dim=server.dim)
+        EmbeddingSettings(embedder="openai", openai_base_url=server.base_url, openai_embedding_dim=server.dim)
     )
     assert isinstance(remote, OpenAIEmbedder)
     assert remote.embed(["hello"]).shape == (1, server.dim)
-    local = make_embedder(Settings(embedder="minilm", minilm_threads=1, embed_batch_size=8))
+    local = make_embedder(EmbeddingSettings(embedder="minilm", minilm_threads=1, embed_batch_size=8))
     assert isinstance(local, MiniLMEmbedder) and local.threads == 1
 
 

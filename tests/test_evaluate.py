@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, Settings, StorageSettings
 from memstream.apps.cli import main
 from memstream.apps.evaluate import CATEGORIES, load
 from memstream.apps.scoring import answer_recall, id_recall, text_recall
@@ -238,6 +238,15 @@ def test_a_dev_conversation_is_recomputable(tmp_path: Path) -> None:
     first = orjson.loads(LOCOMO.read_bytes())[:1]
     data = tmp_path / "one.json"
     data.write_bytes(orjson.dumps(first))
-    report = asyncio.run(evaluate(Settings(data_dir=tmp_path, embedder="hash"), data, [500], progress=False))
+    report = asyncio.run(
+        evaluate(
+            Settings(
+                storage=StorageSettings(data_dir=tmp_path), embedding=EmbeddingSettings(embedder="hash")
+            ),
+            data,
+            [500],
+            progress=False,
+        )
+    )
     assert report["conversations"] == 1 and report["questions"] > 100
     recompute(report)

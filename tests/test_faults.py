@@ -104,7 +104,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
     assert len(expected) == len(turns) > 2500
     # A share of the users come from a librdkafka-like producer (CRC32) that misplaces them: their
     # turns are forwarded to their key's partition, also while a worker dies and after it.
-    n = settings.topic_partitions
+    n = settings.kafka.topic_partitions
 
     def crc32_misplaces(t: Turn) -> bool:
         key = t.key.encode()
@@ -158,7 +158,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
 
         pipeline.proc = None
         pipeline.start()  # the same data dir, topics and consumer group
-        topic = settings.topic(TURNS.name)
+        topic = settings.kafka.topic(TURNS.name)
         processed = asyncio.run(wait_processed(settings, topic, produced.last_offsets, timeout=90))
         t_recovered = time.monotonic() - t_kill
         offsets = committed(settings, topic)
@@ -193,7 +193,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
     memory_ids = Counter(m.memory_id for m in memories)
     requests = {
         (r := ConsolidationRequest.from_bytes(v)).request_id: r
-        for _, v in asyncio.run(read_topic(settings, settings.topic(CONSOLIDATION.name)))
+        for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(CONSOLIDATION.name)))
     }
     episodes = [m for m in memories if m.kind == MemoryKind.EPISODE]
     in_episodes = Counter(u for m in episodes for u in consolidated_units(m))
@@ -202,7 +202,7 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
     unnamed = set(requests) - {r for m in episodes for r in m.request_ids}
     updates = [
         MemoryUpdate.from_bytes(v)
-        for _, v in asyncio.run(read_topic(settings, settings.topic(MEMORY_UPDATES.name)))
+        for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(MEMORY_UPDATES.name)))
     ]
     upserts = Counter(u.memory_id for u in updates if u.op == MemoryOp.UPSERT)
     deleted = {u.memory_id for u in updates if u.op == MemoryOp.DELETE}
@@ -243,11 +243,13 @@ def test_worker_sigkill_mid_replay_loses_and_duplicates_nothing(
         # Both workers, before and after the restart, each in its own directory: every table
         # partition a worker held has its database there, and no worker took another's.
         tables = {
-            i: sorted(p.name for p in (settings.data_dir / "faust" / f"worker-{i}").glob("v*/tables/*.db"))
+            i: sorted(
+                p.name for p in (settings.storage.data_dir / "faust" / f"worker-{i}").glob("v*/tables/*.db")
+            )
             for i in range(2)
         }
         assert all(any(n.startswith("window-state-") for n in names) for names in tables.values()), tables
-        assert not (settings.data_dir / "faust" / "worker-2").exists()
+        assert not (settings.storage.data_dir / "faust" / "worker-2").exists()
 
 
 # --- the broker unreachable while the gateway takes turns -----------------------------------------

@@ -282,10 +282,10 @@ def test_a_recall_is_one_request_to_the_worker(gateway: Gateway, ingested: dict[
     request from the gateway (an in-process gateway whose workers are behind counting proxies), and
     the answer is the one the other gateways give."""
     settings = gateway.pipeline.settings
-    proxies = [_CountingProxy(f"http://127.0.0.1:{settings.metrics_port + i}") for i in range(2)]
+    proxies = [_CountingProxy(f"http://127.0.0.1:{settings.worker.metrics_port + i}") for i in range(2)]
     env = {**gateway.pipeline.env, "MEMSTREAM_WORKER_URLS": ",".join(p.url for p in proxies)}
     query = {"user_id": USER, "query": "What did I do last week?", "now": "2025-03-01T12:00:00Z"}
-    partition = partition_for(partition_key("acme", USER).encode(), settings.topic_partitions)
+    partition = partition_for(partition_key("acme", USER).encode(), settings.kafka.topic_partitions)
     try:
         with TestClient(create_app(Settings.from_env(env)), headers=_auth(KEY_ACME)) as c:
             first = c.post("/v1/recall", json=query)  # also finds the owner (the workers' /status)
@@ -955,12 +955,13 @@ def test_delete_forgets_the_user_everywhere_and_records_a_tombstone(
     assert _everything_visible(gateway, KEY_GLOBEX) == globex_before  # the other tenant is untouched
     # And it stays so once the workers have handled the tombstone and the idle timer (3 s) has run.
     settings = gateway.pipeline.settings
-    tombstones = [settings.topic(TOMBSTONES.name)]
+    tombstones = [settings.kafka.topic(TOMBSTONES.name)]
     wait_for(lambda: asyncio.run(consumed(settings, tombstones)), 60, "the tombstone to be handled")
     time.sleep(3)
     assert _everything_visible(gateway, KEY_ACME) == set()
     stones = [
-        Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic("tombstones")))
+        Tombstone.from_bytes(v)
+        for _, v in asyncio.run(read_topic(settings, settings.kafka.topic("tombstones")))
     ]
     mine = [(s.tenant, s.user_id, s.units) for s in stones if s.user_id == USER]
     assert mine == [("acme", USER, len(ACME_TURNS))]
@@ -983,7 +984,7 @@ def test_turns_on_their_way_when_a_user_is_deleted_are_forgotten_too(
         assert c.delete(f"/v1/users/{user}").status_code == 200
         # The workers handle the tombstone, after the ingest batch holding their lock (a turn stored
         # before that is erased too): a fixed pause was too short for a loaded machine.
-        tombstones = [settings.topic(TOMBSTONES.name)]
+        tombstones = [settings.kafka.topic(TOMBSTONES.name)]
         wait_for(lambda: asyncio.run(consumed(settings, tombstones)), 60, "the tombstone to be handled")
         assert c.post("/v1/turns", json=after).status_code == 202
     wait_for(lambda: asyncio.run(settled(settings)), 120, "the pipeline to settle after the delete")

@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from memstream.adapters.broker import Broker
 from memstream.adapters.kafka import client_kwargs, ensure_topics
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings, Settings
 from memstream.apps.gateway.updates import UpdateHub
 from memstream.schemas.topics import MEMORY_UPDATES
 
@@ -33,7 +33,7 @@ async def _partitions(settings: Settings, topic: str) -> int | None:
 
 
 async def _hub_waits_for_the_topic(settings: Settings) -> tuple[bool, int | None, float, int | None]:
-    topic = settings.topic(MEMORY_UPDATES.name)
+    topic = settings.kafka.topic(MEMORY_UPDATES.name)
     hub = UpdateHub(settings)
     await hub.start()
     try:
@@ -49,7 +49,9 @@ async def _hub_waits_for_the_topic(settings: Settings) -> tuple[bool, int | None
 
 def test_a_gateway_started_before_the_pipeline_waits_for_its_topic(broker: Broker) -> None:
     settings = Settings(
-        bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.", topic_partitions=2
+        kafka=KafkaSettings(
+            bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.", topic_partitions=2
+        )
     )
     ready_before, before, waited, after = asyncio.run(_hub_waits_for_the_topic(settings))
     assert not ready_before and before is None  # not ready, and nothing created

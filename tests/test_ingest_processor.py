@@ -11,7 +11,7 @@ import pytest
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import partition_for
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
@@ -36,7 +36,7 @@ def run(
     tmp: Path, batch: int, records: list[Incoming] = RECORDS
 ) -> tuple[IngestProcessor, list[ConsolidationRequest]]:
     shards = EdgeShards(tmp / "store", [units_spec(384), views_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp), HashingEmbedder(384), shards)
+    processor = IngestProcessor(Settings(storage=StorageSettings(data_dir=tmp)), HashingEmbedder(384), shards)
     state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
 
@@ -114,7 +114,9 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
     request (found by tests/test_faults.py, a worker killed mid-replay)."""
     _, whole = run(tmp_path / "whole", 64)
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    processor = IngestProcessor(
+        Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(384), shards
+    )
     state: dict[bytes, Any] = {}
     fired: list[ConsolidationRequest] = []
 
@@ -136,7 +138,9 @@ def test_a_crash_before_the_older_members_are_marked_never_puts_a_unit_in_two_re
 
     # Restarted: the batch is redelivered together with the next turns, which are new.
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    processor = IngestProcessor(
+        Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(384), shards
+    )
 
     async def rest() -> None:
         for i in range(crashed_at, len(RECORDS), 200):
@@ -155,7 +159,9 @@ def test_a_crash_before_the_window_state_is_saved_closes_the_same_windows_on_red
     in between (state not saved) must not lose them: the redelivered batch closes the same
     windows again, with the same ids. The processor never writes the state it is given."""
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    processor = IngestProcessor(
+        Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(384), shards
+    )
     state: dict[bytes, Any] = {}
     first, batch = RECORDS[:200], RECORDS[200:400]
 

@@ -25,7 +25,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from memstream.adapters.broker import Broker, free_port
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings, WorkerSettings
 from memstream.adapters.store.edge import EdgeStore
 from memstream.apps.gateway.app import create_app
 from memstream.core.store import CollectionSpec, Filter, Point, StoreUnavailable, VectorStore
@@ -74,12 +74,21 @@ def test_only_the_configured_token_is_authorized(header: str | None, token: byte
 
 def test_a_worker_off_loopback_needs_a_token() -> None:
     with pytest.raises(ValidationError, match="MEMSTREAM_INTERNAL_TOKEN"):
-        Settings(internal_host="0.0.0.0")
+        Settings(worker=WorkerSettings(internal_host="0.0.0.0"))
     with pytest.raises(ValidationError, match="MEMSTREAM_INTERNAL_TOKEN is shorter"):
-        Settings(internal_token="short")
-    assert Settings(internal_host="0.0.0.0", internal_token=TOKEN).internal_host == "0.0.0.0"
-    assert Settings(internal_host="::1").internal_token is None  # loopback
-    assert Settings(internal_host="0.0.0.0", store="qdrant", qdrant_url="http://q:6333").store == "qdrant"
+        Settings(worker=WorkerSettings(internal_token="short"))
+    assert (
+        Settings(worker=WorkerSettings(internal_host="0.0.0.0", internal_token=TOKEN)).worker.internal_host
+        == "0.0.0.0"
+    )
+    assert Settings(worker=WorkerSettings(internal_host="::1")).worker.internal_token is None  # loopback
+    assert (
+        Settings(
+            worker=WorkerSettings(internal_host="0.0.0.0"),
+            storage=StorageSettings(store="qdrant", qdrant_url="http://q:6333"),
+        ).storage.store
+        == "qdrant"
+    )
 
 
 # --- confinement: nothing selects a whole partition ----------------------------------------------------
@@ -295,7 +304,7 @@ def test_the_issue_probe_is_refused_and_no_port_serves_data_without_its_credenti
         with httpx.Client(base_url=gateway, headers={"Authorization": "Bearer tenantB-key-0123456789"}) as b:
             assert b.post("/v1/turns", json=turn).status_code == 202
         statuses = [
-            httpx.get(f"http://127.0.0.1:{settings.metrics_port + i}/status").json() for i in range(2)
+            httpx.get(f"http://127.0.0.1:{settings.worker.metrics_port + i}/status").json() for i in range(2)
         ]
         internal = [s["internal_port"] for s in statuses]
         scroll = {"collection": "units", "flt": {"equals": {"tenant": "tenantB"}}, "limit": 100}
@@ -303,7 +312,7 @@ def test_the_issue_probe_is_refused_and_no_port_serves_data_without_its_credenti
 
         # The issue's two requests, on the status port: no such pages there any more.
         for i in range(2):
-            metrics = f"http://127.0.0.1:{settings.metrics_port + i}"
+            metrics = f"http://127.0.0.1:{settings.worker.metrics_port + i}"
             assert httpx.post(f"{metrics}/store/0/scroll", json=scroll).status_code == 404
             assert httpx.post(f"{metrics}/store/0/delete", json=delete).status_code == 404
         # On the internal port: 401 without the token, 401 with another, on every worker.
@@ -317,7 +326,9 @@ def test_the_issue_probe_is_refused_and_no_port_serves_data_without_its_credenti
         served = _status_port_routes(settings)
         assert {path for _, path in served} == set(PUBLIC_PAGES), served
         for method, path in served:
-            assert httpx.request(method, f"http://127.0.0.1:{settings.metrics_port}{path}").status_code in (
+            assert httpx.request(
+                method, f"http://127.0.0.1:{settings.worker.metrics_port}{path}"
+            ).status_code in (
                 200,
                 503,
             )

@@ -54,14 +54,14 @@ def test_version_matches_the_pom() -> None:
 def test_auto_takes_kafka_only_where_its_jars_are(tmp_path: Path) -> None:
     from memstream.adapters.embedded_broker import broker_kind
     from memstream.adapters.kafka_server import missing
-    from memstream.adapters.settings import Settings
+    from memstream.adapters.settings import KafkaSettings, Settings
 
     jar = tmp_path / "libs" / f"kafka_2.13-{KAFKA_VERSION}.jar"
-    assert broker_kind(Settings(broker="auto", kafka_libs=jar.parent)) == "tansu"
+    assert broker_kind(Settings(kafka=KafkaSettings(broker="auto", kafka_libs=jar.parent))) == "tansu"
     assert "run `make kafka`" in (missing(jar.parent) or "")
     jar.parent.mkdir()
     jar.touch()
     expected = "tansu" if missing(jar.parent) else "kafka"  # no java on this machine: still tansu
-    assert broker_kind(Settings(broker="auto", kafka_libs=jar.parent)) == expected
-    assert broker_kind(Settings(broker="tansu", kafka_libs=jar.parent)) == "tansu"
-    assert broker_kind(Settings(broker="kafka", kafka_libs=tmp_path / "none")) == "kafka"
+    assert broker_kind(Settings(kafka=KafkaSettings(broker="auto", kafka_libs=jar.parent))) == expected
+    assert broker_kind(Settings(kafka=KafkaSettings(broker="tansu", kafka_libs=jar.parent))) == "tansu"
+    assert broker_kind(Settings(kafka=KafkaSettings(broker="kafka", kafka_libs=tmp_path / "none"))) == "kafka"

@@ -103,10 +103,8 @@ def test_kill_9_of_everything_keeps_every_accepted_turn_once(up: Up) -> None:
     t_restart = time.monotonic()
     up.start()  # the same data dir and ports: Kafka's log and the group's committed offsets
     ready_s = time.monotonic() - t_restart
-    client = up.settings.model_copy(
-        update={"bootstrap_servers": f"127.0.0.1:{up.env['MEMSTREAM_EMBEDDED_BROKER_PORT']}"}
-    )
-    turns = client.topic("turns")
+    client = up.settings.replace(bootstrap_servers=f"127.0.0.1:{up.env['MEMSTREAM_EMBEDDED_BROKER_PORT']}")
+    turns = client.kafka.topic("turns")
     wait_for(lambda: asyncio.run(unconsumed(client, turns)) == 0, 120, "the turns topic to be consumed")
     wait_for(lambda: asyncio.run(settled(client)), 120, "consolidation to settle")
     settled_s = time.monotonic() - t_restart

@@ -32,7 +32,7 @@ from memstream.adapters.llm import (
     retry_after_s,
     stage_config,
 )
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import LlmSettings, Settings
 from memstream.adapters.store.edge import EdgeStore
 from memstream.consumers.llm_writer import LLMWriter
 from memstream.consumers.writer import ProfileRequest, Scope, Source, SummaryRequest
@@ -95,7 +95,7 @@ def make_settings(server: OpenAIServer, **overrides: Any) -> Settings:
         "llm_timeout_s": 5.0,
         **overrides,
     }
-    return Settings(**values)
+    return Settings().replace(**values)
 
 
 def chat_requests(server: OpenAIServer) -> list[dict[str, Any]]:
@@ -117,7 +117,7 @@ def tokens(stage: str, model: str, tenant: str, kind: str) -> float:
 
 async def test_structured_parses_and_counts_the_servers_usage(server: OpenAIServer, tenant: str) -> None:
     server.reply(GOOD)
-    client = LLMClient(make_settings(server))
+    client = LLMClient(make_settings(server).llm)
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -140,7 +140,7 @@ async def test_stage_overrides_reach_the_server(server: OpenAIServer, tenant: st
     settings = make_settings(
         server, llm_stages={"episode": {"model": "big-model", "max_tokens": 900, "temperature": 0.7}}
     )
-    client = LLMClient(settings)
+    client = LLMClient(settings.llm)
     episode = await client.structured("episode", tenant, MESSAGES, Empty)
     fact = await client.structured("fact", tenant, MESSAGES, Empty)
     await client.aclose()
@@ -154,23 +154,25 @@ async def test_stage_overrides_reach_the_server(server: OpenAIServer, tenant: st
 
 def test_stage_config_validates_and_hides_the_key() -> None:
     settings = Settings(
-        llm_base_url="http://llm/v1",
-        llm_api_key="sk-secret",
-        llm_stages={"month": {"base_url": "http://big/v1", "api_key": "sk-other", "timeout_s": 120}},
+        llm=LlmSettings(
+            llm_base_url="http://llm/v1",
+            llm_api_key="sk-secret",
+            llm_stages={"month": {"base_url": "http://big/v1", "api_key": "sk-other", "timeout_s": 120}},
+        )
     )
-    month = stage_config(settings, "month")
+    month = stage_config(settings.llm, "month")
     assert (month.base_url, month.api_key, month.timeout_s, month.model) == (
         "http://big/v1",
         "sk-other",
         120.0,
         "gpt-4o-mini",
     )
-    assert stage_config(settings, "fact").api_key == "sk-secret"
+    assert stage_config(settings.llm, "fact").api_key == "sk-secret"
     assert "sk-" not in repr(month)
     with pytest.raises(ValueError, match=r"unknown keys \['max_token'\]"):
-        stage_config(Settings(llm_base_url="http://llm/v1", llm_stages={"x": {"max_token": 5}}), "x")
+        stage_config(LlmSettings(llm_base_url="http://llm/v1", llm_stages={"x": {"max_token": 5}}), "x")
     with pytest.raises(ValueError, match="MEMSTREAM_LLM_BASE_URL"):
-        stage_config(Settings(), "fact")
+        stage_config(LlmSettings(), "fact")
 
 
 # --- retries --------------------------------------------------------------------------------------
@@ -180,7 +182,7 @@ async def test_retries_429_honouring_retry_after_and_5xx(server: OpenAIServer, t
     server.fail(Failure(429, retry_after_s=0.25), Failure(500), Failure(503))
     server.reply(GOOD)
     sleeps = Sleeps()
-    client = LLMClient(make_settings(server), sleep=sleeps, rng=lambda: 1.0)
+    client = LLMClient(make_settings(server).llm, sleep=sleeps, rng=lambda: 1.0)
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -195,7 +197,7 @@ async def test_retries_429_honouring_retry_after_and_5xx(server: OpenAIServer, t
 async def test_backoff_has_full_jitter(server: OpenAIServer, tenant: str) -> None:
     server.fail(Failure(500), Failure(500))
     sleeps = Sleeps()
-    client = LLMClient(make_settings(server), sleep=sleeps, rng=lambda: 0.5)
+    client = LLMClient(make_settings(server).llm, sleep=sleeps, rng=lambda: 0.5)
     await client.structured("fact", tenant, MESSAGES, Empty)
     await client.aclose()
     assert sleeps.delays == pytest.approx([0.0005, 0.001])
@@ -204,7 +206,7 @@ async def test_backoff_has_full_jitter(server: OpenAIServer, tenant: str) -> Non
 async def test_retries_timeouts(server: OpenAIServer, tenant: str) -> None:
     server.fail(Failure(delay_s=1.0))
     server.reply(GOOD)
-    client = LLMClient(make_settings(server, llm_stages={"fact": {"timeout_s": 0.2}}), sleep=Sleeps())
+    client = LLMClient(make_settings(server, llm_stages={"fact": {"timeout_s": 0.2}}).llm, sleep=Sleeps())
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -218,7 +220,7 @@ async def test_retries_timeouts(server: OpenAIServer, tenant: str) -> None:
 async def test_client_errors_are_not_retried(server: OpenAIServer, tenant: str) -> None:
     server.fail(Failure(400))
     sleeps = Sleeps()
-    client = LLMClient(make_settings(server), sleep=sleeps)
+    client = LLMClient(make_settings(server).llm, sleep=sleeps)
     with pytest.raises(LLMError, match=r"HTTP 400, which is not retried") as info:
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -230,7 +232,7 @@ async def test_client_errors_are_not_retried(server: OpenAIServer, tenant: str) 
 
 async def test_retries_exhausted_raise_unavailable(server: OpenAIServer, tenant: str) -> None:
     server.fail(*[Failure(500)] * 5)
-    client = LLMClient(make_settings(server, llm_max_retries=2), sleep=Sleeps())
+    client = LLMClient(make_settings(server, llm_max_retries=2).llm, sleep=Sleeps())
     with pytest.raises(LLMUnavailable) as info:
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -259,7 +261,7 @@ def test_retry_after_headers() -> None:
 @pytest.mark.parametrize("bad", ["Sure! The facts are: ran 10k.", '{"facts": "ran 10k"}'])
 async def test_invalid_output_is_repaired_once(server: OpenAIServer, tenant: str, bad: str) -> None:
     server.reply(bad, GOOD)
-    client = LLMClient(make_settings(server))
+    client = LLMClient(make_settings(server).llm)
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -279,7 +281,7 @@ async def test_invalid_output_is_repaired_once(server: OpenAIServer, tenant: str
 
 async def test_still_invalid_raises_and_both_calls_are_billed(server: OpenAIServer, tenant: str) -> None:
     server.reply("not json", "still not json")
-    client = LLMClient(make_settings(server))
+    client = LLMClient(make_settings(server).llm)
     with pytest.raises(InvalidOutput) as info:
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -301,7 +303,7 @@ async def test_auto_steps_down_from_a_rejected_json_schema_and_keeps_the_step(
 ) -> None:
     server.rejected_formats = {"json_schema"}  # as llama.cpp's server: 500 naming the format
     server.reply(GOOD, GOOD)
-    client = LLMClient(make_settings(server), sleep=Sleeps())
+    client = LLMClient(make_settings(server).llm, sleep=Sleeps())
     with caplog.at_level("WARNING"):
         await client.structured("fact", tenant, MESSAGES, Facts)
         await client.structured("fact", tenant, MESSAGES, Facts)
@@ -322,7 +324,7 @@ async def test_auto_ends_at_no_format_and_reads_fenced_json(server: OpenAIServer
     server.rejected_formats = {"json_schema", "json_object"}
     server.fence_json = True
     server.reply(GOOD)
-    client = LLMClient(make_settings(server), sleep=Sleeps())
+    client = LLMClient(make_settings(server).llm, sleep=Sleeps())
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -338,7 +340,7 @@ async def test_a_set_format_is_sent_and_never_stepped_down(
 ) -> None:
     server.rejected_formats = {name}
     server.reply(GOOD)
-    client = LLMClient(make_settings(server, llm_response_format=name, llm_max_retries=1), sleep=Sleeps())
+    client = LLMClient(make_settings(server, llm_response_format=name, llm_max_retries=1).llm, sleep=Sleeps())
     if name == "none":  # nothing is sent, so nothing is rejected
         await client.structured("fact", tenant, MESSAGES, Facts)
     else:
@@ -355,7 +357,7 @@ async def test_a_5xx_that_names_no_format_is_retried_not_stepped_down(
 ) -> None:
     server.fail(Failure(500))
     server.reply(GOOD)
-    client = LLMClient(make_settings(server), sleep=Sleeps())
+    client = LLMClient(make_settings(server).llm, sleep=Sleeps())
     await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
     assert [body["response_format"]["type"] for body in chat_requests(server)] == ["json_schema"] * 2
@@ -367,7 +369,7 @@ async def test_an_answer_cut_at_the_limit_is_its_own_failure_without_a_repair(
 ) -> None:
     server.cut_at_max_tokens = True
     server.reply(LONG)
-    client = LLMClient(make_settings(server, llm_max_tokens=16))
+    client = LLMClient(make_settings(server, llm_max_tokens=16).llm)
     with pytest.raises(TruncatedOutput) as info:
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -386,7 +388,7 @@ async def test_an_answer_cut_at_the_limit_is_tried_once_more_with_the_larger_lim
 ) -> None:
     server.cut_at_max_tokens = True
     server.reply(LONG, LONG)
-    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=100))
+    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=100).llm)
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
 
@@ -403,7 +405,7 @@ async def test_an_answer_cut_again_at_the_larger_limit_is_truncated_output(
 ) -> None:
     server.cut_at_max_tokens = True
     server.reply(LONG, LONG)
-    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=20))
+    client = LLMClient(make_settings(server, llm_max_tokens=16, llm_truncated_retry_max_tokens=20).llm)
     with pytest.raises(TruncatedOutput) as info:
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -415,7 +417,7 @@ async def test_an_answer_cut_again_at_the_larger_limit_is_truncated_output(
 async def test_an_answer_at_the_limit_that_is_valid_is_kept(server: OpenAIServer, tenant: str) -> None:
     server.cut_at_max_tokens = True
     server.reply(LONG)
-    client = LLMClient(make_settings(server, llm_max_tokens=37))  # exactly its length: not cut
+    client = LLMClient(make_settings(server, llm_max_tokens=37).llm)  # exactly its length: not cut
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
     assert len(result.value.facts) == 12 and result.calls == 1
@@ -425,7 +427,7 @@ async def test_a_slow_answer_within_the_timeout_is_fine(server: OpenAIServer, te
     # The timeout is per call: a local model's minutes-long answer only needs a timeout above it.
     server.chat_delay_s = 1.0
     server.reply(GOOD)
-    client = LLMClient(make_settings(server, llm_timeout_s=3.0), sleep=Sleeps())
+    client = LLMClient(make_settings(server, llm_timeout_s=3.0).llm, sleep=Sleeps())
     result = await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
     assert result.value.facts == ["ran 10k", "with Anna"]
@@ -438,7 +440,7 @@ async def test_a_slow_answer_within_the_timeout_is_fine(server: OpenAIServer, te
 
 async def test_budget_exhausted_until_the_next_utc_day(server: OpenAIServer, tenant: str) -> None:
     now = [datetime(2024, 5, 8, 23, 59, tzinfo=UTC)]
-    client = LLMClient(make_settings(server, llm_daily_token_budget=20), clock=lambda: now[0])
+    client = LLMClient(make_settings(server, llm_daily_token_budget=20).llm, clock=lambda: now[0])
     server.reply(GOOD, GOOD)
     await client.structured("fact", tenant, MESSAGES, Facts)  # 17 tokens: under the limit
     await client.structured("fact", tenant, MESSAGES, Facts)  # 34: over it
@@ -463,7 +465,7 @@ async def test_budget_exhausted_until_the_next_utc_day(server: OpenAIServer, ten
 
 async def test_concurrency_limit_holds(server: OpenAIServer, tenant: str) -> None:
     server.chat_delay_s = 0.2
-    client = LLMClient(make_settings(server, llm_concurrency=2))
+    client = LLMClient(make_settings(server, llm_concurrency=2).llm)
     results = await asyncio.gather(*(client.structured("fact", tenant, MESSAGES, Empty) for _ in range(6)))
     await client.aclose()
     assert len(results) == 6
@@ -474,7 +476,7 @@ async def test_concurrency_limit_holds(server: OpenAIServer, tenant: str) -> Non
 async def test_prometheus_counters_equal_the_servers_usage(server: OpenAIServer, tenant: str) -> None:
     server.fail(Failure(429, retry_after_s=0.001), Failure(502))
     server.reply(GOOD, "oops", GOOD, '{"facts": []}')
-    client = LLMClient(make_settings(server))
+    client = LLMClient(make_settings(server).llm)
     for _ in range(3):
         await client.structured("fact", tenant, MESSAGES, Facts)
     await client.aclose()
@@ -606,7 +608,7 @@ def memory(i: int, turns: tuple[str, ...]) -> Source:
 
 async def test_llm_writer_keeps_only_the_input_ids_it_cites(server: OpenAIServer, tenant: str) -> None:
     server.chat_responder = citing([INVENTED], keep=1)
-    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    writer = LLMWriter(LLMClient(make_settings(server).llm), "test-chat")
     scope = Scope(tenant, "ann", ZoneInfo("UTC"))
 
     [episode] = await writer.episodes(scope, UNITS, None)
@@ -632,7 +634,7 @@ async def test_llm_writer_states_no_turn_when_it_cites_only_invented_ids(
     server: OpenAIServer, tenant: str
 ) -> None:
     server.chat_responder = citing([INVENTED], keep=0)
-    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    writer = LLMWriter(LLMClient(make_settings(server).llm), "test-chat")
     scope = Scope(tenant, "ann", ZoneInfo("UTC"))
 
     [episode] = await writer.episodes(scope, UNITS, None)
@@ -650,7 +652,7 @@ async def test_llm_episodes_split_the_units_by_what_each_cites(server: OpenAISer
 
     a, b, c = (u.id for u in UNITS)
     server.reply(json.dumps({"episodes": [episode([a, INVENTED]), episode([b, c])]}))
-    writer = LLMWriter(LLMClient(make_settings(server)), "test-chat")
+    writer = LLMWriter(LLMClient(make_settings(server).llm), "test-chat")
     drafts = await writer.episodes(Scope(tenant, "ann", ZoneInfo("UTC")), UNITS, None)
     assert [(d.source_ids, d.covers_ids) for d in drafts] == [((a,), (a,)), ((b, c), (b, c))]
     await writer.client.aclose()

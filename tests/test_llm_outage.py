@@ -46,7 +46,7 @@ from memstream.adapters.broker import Broker
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.kafka import consumed, read_records, settled
 from memstream.adapters.llm import LLMClient, LLMUnavailable
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, LlmSettings, Settings, StorageSettings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.datasets import RawRecord
@@ -109,7 +109,9 @@ Rec = ConsumerRecord[Any, Any]
 
 def read(settings: Settings, spec_name: str, idle_s: float = 1.0) -> list[Rec]:
     """Every record of a topic from the beginning, with its partition and offset."""
-    return [m for m in asyncio.run(read_records(settings, settings.topic(spec_name), idle_s)) if m.value]
+    return [
+        m for m in asyncio.run(read_records(settings, settings.kafka.topic(spec_name), idle_s)) if m.value
+    ]
 
 
 @dataclass
@@ -128,7 +130,7 @@ class Outcome:
 
 def waiting(settings: Settings) -> set[bytes]:
     """The work on the deferred topic not yet consumed by the pipeline's group."""
-    offsets = committed(settings, settings.topic(DEFERRED.name))
+    offsets = committed(settings, settings.kafka.topic(DEFERRED.name))
     return {
         r.value for r in read(settings, DEFERRED.name, idle_s=0.3) if r.offset >= (offsets[r.partition] or 0)
     }
@@ -305,7 +307,8 @@ def budget(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                     return False
                 done = asyncio.run(
                     consumed(
-                        settings, [settings.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES)]
+                        settings,
+                        [settings.kafka.topic(s.name) for s in (CONSOLIDATION, WINDOWS, MEMORY_UPDATES)],
                     )
                 )
                 seen.append(waiting(settings) if done else set())
@@ -313,7 +316,7 @@ def budget(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
             wait_for(quiet, 180, "consolidation to stop under the spent budget", poll=1.0)
             final = status(pipeline)
-            offsets = committed(settings, settings.topic(DEFERRED.name))
+            offsets = committed(settings, settings.kafka.topic(DEFERRED.name))
             seconds = time.monotonic() - start
         finally:
             pipeline.stop()
@@ -380,13 +383,15 @@ async def test_a_timed_out_request_stops_counting_in_flight_when_its_client_hang
     with OpenAIServer() as server:
         server.fail(*[Failure(delay_s=5.0)] * 6)
         settings = Settings(
-            llm_base_url=server.base_url,
-            llm_model="m",
-            llm_timeout_s=0.3,
-            llm_max_retries=0,
-            llm_concurrency=2,
+            llm=LlmSettings(
+                llm_base_url=server.base_url,
+                llm_model="m",
+                llm_timeout_s=0.3,
+                llm_max_retries=0,
+                llm_concurrency=2,
+            )
         )
-        client = LLMClient(settings)
+        client = LLMClient(settings.llm)
         started = time.monotonic()
         messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
         results = await asyncio.gather(
@@ -408,9 +413,11 @@ async def test_a_request_waiting_for_a_slot_is_refused_once_the_budget_is_spent(
         server.chat_delay_s = 0.2
         budget = 6  # a call costs 4 tokens: 3 prompt words + "{}"
         settings = Settings(
-            llm_base_url=server.base_url, llm_model="m", llm_concurrency=2, llm_daily_token_budget=budget
+            llm=LlmSettings(
+                llm_base_url=server.base_url, llm_model="m", llm_concurrency=2, llm_daily_token_budget=budget
+            )
         )
-        client = LLMClient(settings)
+        client = LLMClient(settings.llm)
         messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u v"}]
         results = await asyncio.gather(
             *(client.structured("x", "t", messages, Empty) for _ in range(5)), return_exceptions=True
@@ -431,13 +438,11 @@ def test_a_request_deferred_after_its_episode_is_folded_when_retried() -> None:
     with tempfile.TemporaryDirectory() as tmp, OpenAIServer() as server:
         server.chat_responder = respond
         settings = Settings(
-            data_dir=Path(tmp),
-            embedder="hash",
-            llm_base_url=server.base_url,
-            llm_model="m",
-            llm_max_retries=0,
+            storage=StorageSettings(data_dir=Path(tmp)),
+            embedding=EmbeddingSettings(embedder="hash"),
+            llm=LlmSettings(llm_base_url=server.base_url, llm_model="m", llm_max_retries=0),
         )
-        embedder = HashingEmbedder(settings.hash_dim)
+        embedder = HashingEmbedder(settings.embedding.hash_dim)
         shards = EdgeShards(
             Path(tmp) / "store",
             [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],

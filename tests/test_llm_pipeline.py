@@ -100,12 +100,12 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
             pipeline.stop()
         requests = [
             ConsolidationRequest.from_bytes(v)
-            for _, v in asyncio.run(read_topic(settings, settings.topic(CONSOLIDATION.name)))
+            for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(CONSOLIDATION.name)))
         ]
-        deferred = len(asyncio.run(read_topic(settings, settings.topic(DEFERRED.name))))
+        deferred = len(asyncio.run(read_topic(settings, settings.kafka.topic(DEFERRED.name))))
         dead = [
             DeadLetter.from_bytes(v)
-            for _, v in asyncio.run(read_topic(settings, settings.topic(DEAD_LETTER.name)))
+            for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(DEAD_LETTER.name)))
         ]
         yield Run(pipeline, server, requests, status, orjson.loads(cost.stdout), deferred, dead)
 

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import (
+    ConsolidationSettings,
+    EmbeddingSettings,
+    LlmSettings,
+    Settings,
+    StorageSettings,
+)
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
 from memstream.core.memories import MEMORIES, memories_spec, memory_from_payload
@@ -33,8 +39,10 @@ TREE = (MemoryKind.SESSION, MemoryKind.DAY, MemoryKind.WEEK, MemoryKind.PROFILE,
 
 
 def pipeline(settings: Settings) -> tuple[InProcess, EdgeShards]:
-    dim = settings.hash_dim
-    shards = EdgeShards(settings.data_dir / "store", [units_spec(dim), views_spec(dim), memories_spec(dim)])
+    dim = settings.embedding.hash_dim
+    shards = EdgeShards(
+        settings.storage.data_dir / "store", [units_spec(dim), views_spec(dim), memories_spec(dim)]
+    )
     return InProcess(settings, HashingEmbedder(dim), shards, batch_size=64), shards
 
 
@@ -59,7 +67,13 @@ def tree(memory: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_durative_memory_runs_once_its_delay_has_passed_on_the_simulated_clock(tmp_path: Path) -> None:
-    p, memory = memory_of(Settings(data_dir=tmp_path, embedder="hash", durative_delay_s=600))
+    p, memory = memory_of(
+        Settings(
+            storage=StorageSettings(data_dir=tmp_path),
+            embedding=EmbeddingSettings(embedder="hash"),
+            consolidation=ConsolidationSettings(durative_delay_s=600),
+        )
+    )
     jobs = [d for d in p.topics.published(DEFERRED, Deferred) if d.reason == "durative_due"]
     due = {WindowClosed.from_bytes(d.value).window_id: d.not_before.timestamp() for d in jobs}
     assert due
@@ -81,11 +95,9 @@ def test_an_llm_outage_defers_work_and_the_retries_make_the_same_memory(tmp_path
     with OpenAIServer() as server:
         server.chat_responder = respond
         settings = Settings(
-            data_dir=tmp_path / "calm",
-            embedder="hash",
-            llm_base_url=server.base_url,
-            llm_model="m",
-            llm_max_retries=0,
+            storage=StorageSettings(data_dir=tmp_path / "calm"),
+            embedding=EmbeddingSettings(embedder="hash"),
+            llm=LlmSettings(llm_base_url=server.base_url, llm_model="m", llm_max_retries=0),
         )
         _, calm = memory_of(settings)
         chat, failed = server.routes[CHAT_PATH], Counter[str]()
@@ -99,7 +111,7 @@ def test_an_llm_outage_defers_work_and_the_retries_make_the_same_memory(tmp_path
             return chat(body)
 
         server.routes[CHAT_PATH] = down_at_first
-        p, stormy = memory_of(settings.model_copy(update={"data_dir": tmp_path / "stormy"}))
+        p, stormy = memory_of(settings.replace(data_dir=tmp_path / "stormy"))
     # Each failed call deferred its work once (a record not yet due goes round [deferred] as it is),
     # requests, windows and the durative job alike.
     deferrals = [d for d in p.topics.published(DEFERRED, Deferred) if d.reason == "llm_unavailable"]
@@ -122,12 +134,10 @@ def test_work_that_never_comes_due_raises_still_deferred(tmp_path: Path) -> None
 
         server.routes[CHAT_PATH] = down
         settings = Settings(
-            data_dir=tmp_path,
-            embedder="hash",
-            llm_base_url=server.base_url,
-            llm_model="m",
-            llm_max_retries=0,
-            defer_retry_s=900,  # a few retries in the hour of patience, not 60 (45 s of calls)
+            storage=StorageSettings(data_dir=tmp_path),
+            embedding=EmbeddingSettings(embedder="hash"),
+            llm=LlmSettings(llm_base_url=server.base_url, llm_model="m", llm_max_retries=0),
+            consolidation=ConsolidationSettings(defer_retry_s=900),
         )
         p, shards = pipeline(settings)
         try:

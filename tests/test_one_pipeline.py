@@ -55,8 +55,8 @@ def sample() -> list[Turn]:
 
 def in_process(settings: Settings, turns: list[Turn], data: Path) -> tuple[Records, Records, int]:
     """Units, memories and the number of windows closed, run in process."""
-    settings = settings.model_copy(update={"data_dir": data})
-    embedder = make_embedder(settings)
+    settings = settings.replace(data_dir=data)
+    embedder = make_embedder(settings.embedding)
     shards = EdgeShards(
         data / "store", [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
@@ -101,7 +101,7 @@ def test_in_process_and_memstream_up_make_the_same_memory_of_the_same_turns(
         report = asyncio.run(replay(settings, records, wait=True, wait_timeout=240, progress=False))
         assert report.processed, pipeline.problems()
         pipeline.wait(
-            lambda: len(asyncio.run(read_topic(settings, settings.topic(WINDOWS.name)))) >= windows,
+            lambda: len(asyncio.run(read_topic(settings, settings.kafka.topic(WINDOWS.name)))) >= windows,
             120,
             f"the {windows} windows the in-process run closed",
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 import faust
 from faust.types import TP
 
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.schemas.topics import CONSOLIDATION, MEMORY_UPDATES, TURNS
 from memstream.streams.faust_adapter import faust_settings
 from memstream.streams.partitions import Partitions
@@ -17,13 +17,13 @@ from memstream.streams.partitions import Partitions
 def test_a_worker_holds_the_stores_of_the_data_partitions_it_is_assigned_until_revoked(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(data_dir=tmp_path)
+    settings = Settings(storage=StorageSettings(data_dir=tmp_path))
     partitions = Partitions(
-        faust.App("partitions-test", **faust_settings(settings)), settings, lambda: 0.0, 60.0
+        faust.App("partitions-test", **faust_settings(settings)), settings.kafka, lambda: 0.0, 60.0
     )
-    turns, updates = settings.topic(TURNS.name), settings.topic(MEMORY_UPDATES.name)
-    consolidation = settings.topic(CONSOLIDATION.name)
-    changelog = f"{settings.app_id}-window-state-changelog"  # a table's changelog: no store of its own
+    turns, updates = settings.kafka.topic(TURNS.name), settings.kafka.topic(MEMORY_UPDATES.name)
+    consolidation = settings.kafka.topic(CONSOLIDATION.name)
+    changelog = f"{settings.kafka.app_id}-window-state-changelog"  # a table's changelog: no store of its own
 
     held = partitions.take({TP(turns, 0), TP(updates, 2), TP(consolidation, 0), TP(changelog, 5)})
     assert held == {0, 2} == partitions.held()

@@ -155,7 +155,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
         assert report.processed, pipeline.logs()
 
         def windows_idle_closed() -> list[tuple[bytes | None, bytes]]:
-            out = asyncio.run(read_topic(settings, settings.topic(WINDOWS.name)))
+            out = asyncio.run(read_topic(settings, settings.kafka.topic(WINDOWS.name)))
             return [w for w in out if b'"reason":"idle"' in w[1]]
 
         wait_for(windows_idle_closed, 60, "idle windows to close")
@@ -174,7 +174,7 @@ def run(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Run:
     units, memories = stored(settings)
 
     def topic(name: str) -> list[bytes]:
-        return [v for _, v in asyncio.run(read_topic(settings, settings.topic(name)))]
+        return [v for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(name)))]
 
     return Run(
         pipeline=pipeline,

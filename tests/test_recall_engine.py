@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.core.memories import KIND_FIELD, MEMORIES, memories_spec, memory_from_payload
 from memstream.core.recall import rank
@@ -252,7 +252,9 @@ def _store_of(tmp_path: Path, texts: list[str], speakers: Sequence[str] = ()) ->
         for i, (text, speaker) in enumerate(zip(texts, speakers or ["Anna"] * len(texts), strict=True))
     ]
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384), memories_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards)
+    processor = IngestProcessor(
+        Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(384), shards
+    )
     records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
     asyncio.run(processor.process(records, {}))
     return shards

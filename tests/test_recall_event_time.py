@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.gateway.routes.recall import recall_item
 from memstream.core.memories import memories_spec
@@ -45,9 +45,9 @@ def ingested(tmp_path: Path) -> tuple[EdgeShards, str]:
     ]
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384), memories_spec(384)])
     asyncio.run(
-        IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(384), shards).process(
-            [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)], {}
-        )
+        IngestProcessor(
+            Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(384), shards
+        ).process([Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)], {})
     )
     return shards, turns[0].key
 

@@ -111,7 +111,7 @@ def post_all(settings: Settings, urls: list[str], halfway: Any = None) -> None:
     to their key's partition by the workers); each user's turns take one path, in order."""
     batches = [TURNS[i : i + BATCH] for i in range(0, len(TURNS), BATCH)]
     headers = {"Authorization": f"Bearer {KEY}"}
-    away = strays(settings.topic_partitions)
+    away = strays(settings.kafka.topic_partitions)
     assert away, "some users must be misplaced by the CRC32 producer"
     with httpx.Client(timeout=60, headers=headers) as client:
         for i, batch in enumerate(batches):

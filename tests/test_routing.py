@@ -36,7 +36,7 @@ from memstream.adapters.kafka import (
     track_topics,
 )
 from memstream.adapters.kafka_server import KafkaServer
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings, Settings, StorageSettings
 from memstream.adapters.store import open_shards, scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.datasets import RawRecord
@@ -104,7 +104,9 @@ def test_a_turn_is_forwarded_only_off_its_keys_partition(key: bytes | None, arri
 def test_keyless_and_mismatched_turns_are_dead_lettered(tmp_path: Path) -> None:
     turn = next(generate(users=1, days=3, seed=2))
     shards = EdgeShards(tmp_path / "store", [units_spec(64), views_spec(64)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path), HashingEmbedder(64), shards)
+    processor = IngestProcessor(
+        Settings(storage=StorageSettings(data_dir=tmp_path)), HashingEmbedder(64), shards
+    )
     batch = [
         Incoming(turn.to_bytes(), None, "turns", 0, 0),
         Incoming(turn.to_bytes(), "demo/someone-else", "turns", 0, 1),
@@ -153,7 +155,7 @@ def test_confluent_kafkas_default_partitioner_reaches_every_users_memory(
 
     def send(settings: Settings) -> dict[str, int]:
         landed = produce_with_confluent(settings, turns)
-        everything = list(range(settings.topic_partitions))
+        everything = list(range(settings.kafka.topic_partitions))
         # the pure-Python imitation the test above uses is librdkafka's arithmetic
         assert landed == [librdkafka_consistent(t.key.encode(), everything, everything) for t in turns]
         return {"confluent-kafka": _misplaced(settings, turns, landed)}
@@ -184,7 +186,7 @@ def _turns() -> list[Turn]:
 
 def _misplaced(settings: Settings, turns: list[Turn], landed: list[int]) -> int:
     """How many of ``turns`` landed off their key's partition (memstream's ``partition_for``)."""
-    n = settings.topic_partitions
+    n = settings.kafka.topic_partitions
     return sum(p != partition_for(t.key.encode(), n) for t, p in zip(turns, landed, strict=True))
 
 
@@ -210,7 +212,7 @@ def _reach_their_users_memory(
         MEMSTREAM_GATEWAY_PORT=str(port),
     )
     settings = pipeline.settings
-    n = settings.topic_partitions
+    n = settings.kafka.topic_partitions
     users = sorted({t.user_id for t in turns})
     nobody = turns[0].model_copy(update={"user_id": "keyless", "turn_id": "k"})
     someone = turns[0].model_copy(update={"user_id": "mismatched", "turn_id": "m"})
@@ -244,8 +246,12 @@ def _reach_their_users_memory(
 
     # Every unit stored once, in its key's shard; consolidation and the tree found them there.
     shards = open_shards(
-        settings,
-        [units_spec(settings.hash_dim), views_spec(settings.hash_dim), memories_spec(settings.hash_dim)],
+        settings.storage,
+        [
+            units_spec(settings.embedding.hash_dim),
+            views_spec(settings.embedding.hash_dim),
+            memories_spec(settings.embedding.hash_dim),
+        ],
     )
     try:
         where = {p: shards.get(p) for p in range(n)}
@@ -274,10 +280,13 @@ async def test_a_tracked_topic_stays_in_the_producers_metadata(broker: AnyBroker
     """A changelog the producer found in an all-topics metadata answer is still known after it
     sends to a topic created later (the table write that failed for ever on Kafka, streams/app.py)."""
     first, later = (
-        Settings(bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.") for _ in "ab"
+        Settings(
+            kafka=KafkaSettings(bootstrap_servers=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.")
+        )
+        for _ in "ab"
     )
     await ensure_topics(first)
-    kept = first.topic(WINDOWS.name)
+    kept = first.kafka.topic(WINDOWS.name)
     async with producer(first) as p:
         for _ in range(50):  # tracks nothing yet: every topic, once the new ones have leaders
             await p.client.force_metadata_update()
@@ -287,20 +296,20 @@ async def test_a_tracked_topic_stays_in_the_producers_metadata(broker: AnyBroker
         assert p.client.cluster.partitions_for_topic(kept)
         await track_topics(p, [kept])
         await ensure_topics(later)
-        await p.send_and_wait(later.topic(TURNS.name), b"{}", key=b"default/u")  # unknown: now tracked
+        await p.send_and_wait(later.kafka.topic(TURNS.name), b"{}", key=b"default/u")  # unknown: now tracked
         await p.client.force_metadata_update()
         assert p.client.cluster.partitions_for_topic(kept)
 
 
 async def _bad(settings: Settings, keyless: Turn, mismatched: Turn) -> None:
     async with producer(settings) as p:
-        topic = settings.topic(TURNS.name)
+        topic = settings.kafka.topic(TURNS.name)
         await p.send_and_wait(topic, keyless.to_bytes(), key=None)
         await p.send_and_wait(topic, mismatched.to_bytes(), key=b"default/user-0000")
 
 
 def _values(settings: Settings, name: str) -> list[bytes]:
-    return [v for _, v in asyncio.run(read_topic(settings, settings.topic(name)))]
+    return [v for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(name)))]
 
 
 def _idle_closed(settings: Settings) -> set[str]:

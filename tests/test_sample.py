@@ -59,7 +59,7 @@ def test_where_users_live_is_read_as_a_fact_before_the_move_and_superseded_after
         assert set(homes[:first_new]) == {old} and set(homes[first_new:]) == {new}, user
         assert {obj for predicate, obj in claims if predicate == "moved to"} == {new}, user
         # said often enough for recurrence (theta_count similar earlier units) to consolidate it
-        assert first_new > Settings().theta_count, (user, first_new)
+        assert first_new > Settings().consolidation.theta_count, (user, first_new)
         updates = [c for c in said if c and c.fact_type is FactType.TIME_UPDATE]
         assert any(c.predicate in ("lives in", "moved to") and c.object == new for c in updates), user
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.adapters.store import CollectionSpec, Point, all_stores, open_shards
 from memstream.adapters.store import qdrant_server as qdrant_server_module
 from memstream.adapters.store.edge import EdgeStore
@@ -25,7 +25,7 @@ def point(n: int) -> Point:
 
 
 def test_edge_partitions_are_separate_shard_directories(tmp_path: Path) -> None:
-    shards = open_shards(Settings(data_dir=tmp_path), [SPEC])
+    shards = open_shards(StorageSettings(data_dir=tmp_path), [SPEC])
     assert isinstance(shards, EdgeShards)
     shards.get(0).upsert("units", [point(0), point(1)])
     shards.get(3).upsert("units", [point(2)])
@@ -39,7 +39,7 @@ def test_edge_partitions_are_separate_shard_directories(tmp_path: Path) -> None:
 
 
 def test_all_stores_opens_every_partition(tmp_path: Path) -> None:
-    shards = open_shards(Settings(data_dir=tmp_path), [SPEC])
+    shards = open_shards(StorageSettings(data_dir=tmp_path), [SPEC])
     shards.get(1).upsert("units", [point(0)])
     stores = all_stores(shards, 4)
     assert len(stores) == 4
@@ -77,8 +77,10 @@ def test_qdrant_server_is_one_store_for_every_partition(
 
     monkeypatch.setattr(qdrant_server_module, "QdrantClient", fake_client)
     url, key = "https://q.example:6333", SecretStr("secret")
-    settings = Settings(data_dir=tmp_path, store="qdrant", qdrant_url=url, qdrant_api_key=key)
-    shards = open_shards(settings, [])  # no specs: the fake client cannot create collections
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path, store="qdrant", qdrant_url=url, qdrant_api_key=key)
+    )
+    shards = open_shards(settings.storage, [])  # no specs: the fake client cannot create collections
     assert isinstance(shards, SharedStore)
     assert isinstance(shards.get(0), QdrantServerStore)
     assert shards.get(0) is shards.get(3)
@@ -91,4 +93,4 @@ def test_qdrant_server_is_one_store_for_every_partition(
 
 def test_qdrant_server_needs_a_url(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="QDRANT_URL"):
-        open_shards(Settings(data_dir=tmp_path, store="qdrant"), [SPEC])
+        open_shards(StorageSettings(data_dir=tmp_path, store="qdrant"), [SPEC])

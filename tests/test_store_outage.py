@@ -17,7 +17,7 @@ import pytest
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
 from memstream.adapters.pause import MAX_DELAY_S, next_delay, until_available
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import Settings, StorageSettings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
@@ -71,7 +71,9 @@ def replay(tmp: Path, outage: Outage) -> tuple[list[str], list[str], list[str], 
     """Every batch through ``until_available`` as the ingest agent runs it; the stored unit ids,
     the request ids fired and the windows closed, and the window state."""
     processor = IngestProcessor(
-        Settings(data_dir=tmp), HashingEmbedder(384), FlakyShards(tmp / "store", outage)
+        Settings(storage=StorageSettings(data_dir=tmp)),
+        HashingEmbedder(384),
+        FlakyShards(tmp / "store", outage),
     )
     state: dict[bytes, Any] = {}
     requests: list[str] = []

@@ -17,7 +17,13 @@ import pytest
 from faust.types import TP
 
 from memstream.adapters.kafka import partition_for
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import (
+    GatewaySettings,
+    KafkaSettings,
+    Settings,
+    StorageSettings,
+    WorkerSettings,
+)
 from memstream.streams.faust_adapter import faust_settings
 from memstream.streams.table_store import (
     ChangelogRecovery,
@@ -28,11 +34,11 @@ from memstream.streams.table_store import (
 
 
 def test_the_faust_settings_carry_the_store_its_directory_and_the_standby_replicas(tmp_path: Path) -> None:
-    default = faust_settings(Settings(data_dir=tmp_path))
+    default = faust_settings(Settings(storage=StorageSettings(data_dir=tmp_path)))
     assert default["store"] == "memstream-rocksdb://"
     assert default["datadir"] == str(tmp_path / "faust" / "worker-0")
     assert default["table_standby_replicas"] == 1  # faust's default
-    memory = faust_settings(Settings(data_dir=tmp_path, table_store="memory"))
+    memory = faust_settings(Settings(storage=StorageSettings(data_dir=tmp_path, table_store="memory")))
     assert memory["store"] == "memory://"
     assert memory["datadir"] == str(tmp_path / "faust")
 
@@ -51,11 +57,14 @@ def test_the_faust_settings_carry_the_store_its_directory_and_the_standby_replic
     assert rocks["table_standby_replicas"] == 0
 
     with pytest.raises(ValueError):
-        Settings(table_store="lmdb")  # type: ignore[arg-type]
+        Settings(storage=StorageSettings(table_store="lmdb"))  # type: ignore[arg-type]
 
 
 def test_the_app_takes_the_store_from_the_url(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=4)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path, table_store="rocksdb"),
+        kafka=KafkaSettings(topic_partitions=4),
+    )
     app = faust.App("table-store-test", **faust_settings(settings))
     assert app.conf.table_standby_replicas == 1
     table = app.Table("window-state", default=None, partitions=4, key_type=bytes, use_partitioner=True)
@@ -66,7 +75,10 @@ def test_the_app_takes_the_store_from_the_url(tmp_path: Path) -> None:
 def test_every_key_is_filed_under_its_users_partition_outside_any_event(tmp_path: Path) -> None:
     """faust's own store takes the partition of the event being processed and refuses a write
     outside one; the idle timer writes outside any, and an ingest batch mixes partitions."""
-    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=4)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path, table_store="rocksdb"),
+        kafka=KafkaSettings(topic_partitions=4),
+    )
     app = faust.App("table-store-test", **faust_settings(settings))
     table = app.Table("window-state", default=None, partitions=4, key_type=bytes, use_partitioner=True)
     store = table.data
@@ -94,7 +106,10 @@ def test_a_partition_ahead_of_its_changelog_is_emptied_rather_than_fatal(tmp_pat
     """The broker came back without the changelog (or the topic was made again): the database of
     that partition is deleted and opens empty with no offset, so recovery reads the changelog from
     its start instead of faust raising ConsistencyError at every start. The app uses this recovery."""
-    settings = Settings(data_dir=tmp_path, table_store="rocksdb", topic_partitions=2)
+    settings = Settings(
+        storage=StorageSettings(data_dir=tmp_path, table_store="rocksdb"),
+        kafka=KafkaSettings(topic_partitions=2),
+    )
     app = faust.App("table-store-test", **faust_settings(settings))
     use_changelog_recovery(app)  # as memstream.streams.worker does
     assert isinstance(app.tables.recovery, ChangelogRecovery)
@@ -186,7 +201,10 @@ def test_up_gives_each_worker_its_index(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
     monkeypatch.setattr(runtime.subprocess, "Popen", Exited)
     settings = Settings(
-        data_dir=tmp_path, workers=3, topic_partitions=4, gateway_port=0, table_store="rocksdb"
+        storage=StorageSettings(data_dir=tmp_path, table_store="rocksdb"),
+        worker=WorkerSettings(workers=3),
+        kafka=KafkaSettings(topic_partitions=4),
+        gateway=GatewaySettings(gateway_port=0),
     )
     assert runtime.run_workers(settings) == 0
     assert [e["MEMSTREAM_WORKER_INDEX"] for e in envs] == ["0", "1", "2"]

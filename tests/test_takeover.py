@@ -31,7 +31,9 @@ async def send(settings: Settings, topic: str, partition: int, n: int) -> None:
 
 async def commit(settings: Settings, tp: TopicPartition, offset: int) -> None:
     """What the index role does once it has applied the records before ``offset``."""
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=settings.app_id, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(settings), group_id=settings.kafka.app_id, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         consumer.assign([tp])
@@ -48,7 +50,7 @@ def settings(broker: Broker, tmp_path: Path) -> Settings:
 
 
 def test_the_first_work_on_a_partition_waits_until_its_updates_are_indexed(settings: Settings) -> None:
-    topic = settings.topic(MEMORY_UPDATES.name)
+    topic = settings.kafka.topic(MEMORY_UPDATES.name)
     tp = TopicPartition(topic, 1)
     takeover = Takeover(settings, topic, timeout_s=60, poll_s=0.05)
 
@@ -74,7 +76,7 @@ def test_the_first_work_on_a_partition_waits_until_its_updates_are_indexed(setti
 def test_a_rebalance_or_stop_meanwhile_hands_the_work_on_and_a_new_assignment_checks_again(
     settings: Settings,
 ) -> None:
-    topic = settings.topic(MEMORY_UPDATES.name)
+    topic = settings.kafka.topic(MEMORY_UPDATES.name)
     takeover = Takeover(settings, topic, timeout_s=60, poll_s=0.05)
 
     async def run() -> None:
@@ -93,7 +95,7 @@ def test_a_rebalance_or_stop_meanwhile_hands_the_work_on_and_a_new_assignment_ch
 
 
 def test_it_stops_waiting_after_the_timeout_and_counts_it(settings: Settings) -> None:
-    topic = settings.topic(MEMORY_UPDATES.name)
+    topic = settings.kafka.topic(MEMORY_UPDATES.name)
     takeover = Takeover(settings, topic, timeout_s=1.0, poll_s=0.05)
     before = metrics.TAKEOVER_TIMEOUTS._value.get()
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from memstream.adapters.embedders.hashing import HashingEmbedder
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import EmbeddingSettings, Settings, StorageSettings
 from memstream.adapters.store import scroll_all
 from memstream.adapters.store.shards import EdgeShards
 from memstream.apps.sample_conversations import generate
@@ -67,7 +67,7 @@ def test_a_context_view_is_the_normalised_sum_or_the_units_own_vector() -> None:
 
 def _ingest(tmp: Path, turns: list[Turn], batch: int) -> EdgeShards:
     shards = EdgeShards(tmp / "store", [units_spec(384), views_spec(384), memories_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp), EMBEDDER, shards)
+    processor = IngestProcessor(Settings(storage=StorageSettings(data_dir=tmp)), EMBEDDER, shards)
     records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
     state: dict[bytes, Any] = {}
 
@@ -246,7 +246,13 @@ def test_without_sentence_views_ingest_embeds_the_turns_only(tmp_path: Path) -> 
     turns = list(generate(users=1, days=5, seed=4))
     embedder = CountingEmbedder(384)
     shards = EdgeShards(tmp_path / "store", [units_spec(384), views_spec(384)])
-    processor = IngestProcessor(Settings(data_dir=tmp_path, sentence_views=False), embedder, shards)
+    processor = IngestProcessor(
+        Settings(
+            storage=StorageSettings(data_dir=tmp_path), embedding=EmbeddingSettings(sentence_views=False)
+        ),
+        embedder,
+        shards,
+    )
     records = [Incoming(t.to_bytes(), t.key, "turns", 0, n) for n, t in enumerate(turns)]
     asyncio.run(processor.process(records, {}))
     assert embedder.texts == len(turns)

@@ -123,7 +123,7 @@ def test_a_reused_turn_id_is_visible_to_its_client(live: tuple[Pipeline, str]) -
         settings = pipeline.settings
 
         def reused() -> list[DeadLetter]:
-            records = asyncio.run(read_topic(settings, settings.topic(DEAD_LETTER.name)))
+            records = asyncio.run(read_topic(settings, settings.kafka.topic(DEAD_LETTER.name)))
             letters = [DeadLetter.from_bytes(v) for _, v in records]
             return [d for d in letters if d.reason == "turn_id_reused" and d.key == "acme/reuser"]
 
@@ -147,12 +147,12 @@ def test_a_user_stored_before_the_grammar_is_found_and_forgotten(live: tuple[Pip
         metadata={},
     )
     unit = build_unit(turn, ZoneInfo("UTC"), extract_event_times)
-    vector = HashingEmbedder(settings.hash_dim).embed([unit.text])[0]
+    vector = HashingEmbedder(settings.embedding.hash_dim).embed([unit.text])[0]
     # Written into the shard itself, pipeline stopped: a worker serves no writes on its port.
     pipeline.stop()
-    shards = open_shards(settings, [units_spec(settings.hash_dim)])
+    shards = open_shards(settings.storage, [units_spec(settings.embedding.hash_dim)])
     try:
-        store = shards.get(partition_for(unit.key.encode(), settings.topic_partitions))
+        store = shards.get(partition_for(unit.key.encode(), settings.kafka.topic_partitions))
         store.upsert(UNITS, [Point(unit.unit_id, vector, unit_payload(unit))])
     finally:
         shards.close()
@@ -171,7 +171,8 @@ def test_a_user_stored_before_the_grammar_is_found_and_forgotten(live: tuple[Pip
     with _client(url) as c:
         assert c.post("/v1/recall", json={"user_id": "x/y", "query": "locker"}).json()["items"] == []
     stones = [
-        Tombstone.from_bytes(v) for _, v in asyncio.run(read_topic(settings, settings.topic(TOMBSTONES.name)))
+        Tombstone.from_bytes(v)
+        for _, v in asyncio.run(read_topic(settings, settings.kafka.topic(TOMBSTONES.name)))
     ]
     assert ("acme", "x/y", 1) in [(s.tenant, s.user_id, s.units) for s in stones]
 

@@ -23,17 +23,17 @@ KAFKA_DIR = "kafka-data"  # under the data dir: .memstream/kafka holds the jars 
 
 def broker_kind(settings: Settings) -> BrokerKind:
     """The broker ``settings`` asks for, ``auto`` resolved (Kafka if Java and its jars are here)."""
-    if settings.broker != "auto":
-        return settings.broker
-    return "kafka" if missing(settings.kafka_libs or LIBS) is None else "tansu"
+    if settings.kafka.broker != "auto":
+        return settings.kafka.broker
+    return "kafka" if missing(settings.kafka.kafka_libs or LIBS) is None else "tansu"
 
 
 def embedded_broker(settings: Settings, port: int | None = None) -> Broker | KafkaServer:
     """The embedded broker on 127.0.0.1:``port`` (default ``embedded_broker_port``), not yet
     started; its pidfile and log in the data dir. Kafka's controller takes a free port on each
     start: only the broker itself connects to it, and the properties are written anew each time."""
-    data = settings.data_dir
-    port = port or settings.embedded_broker_port
+    data = settings.storage.data_dir
+    port = port or settings.kafka.embedded_broker_port
     if broker_kind(settings) == "tansu":
         return Broker(port, data / "broker.log", data / "broker.pid")
     return KafkaServer(
@@ -41,7 +41,7 @@ def embedded_broker(settings: Settings, port: int | None = None) -> Broker | Kaf
         free_port(),
         data / KAFKA_DIR,
         data / "kafka.log",
-        settings.kafka_libs or LIBS,
+        settings.kafka.kafka_libs or LIBS,
         pidfile=data / "kafka.pid",
     )
 
@@ -50,4 +50,4 @@ def describe(settings: Settings) -> str:
     """The embedded broker's name and where it keeps its log, for the log line that starts it."""
     if broker_kind(settings) == "tansu":
         return "Tansu (memory storage: data is gone when it stops)"
-    return f"Apache Kafka (log in {settings.data_dir / KAFKA_DIR})"
+    return f"Apache Kafka (log in {settings.storage.data_dir / KAFKA_DIR})"

@@ -35,33 +35,33 @@ def ssl_context(settings: Settings) -> ssl.SSLContext:
     """TLS context for the brokers: the configured CA (or the system's), and a client certificate
     for mutual TLS when one is configured."""
     return create_ssl_context(
-        cafile=str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile else None,
-        certfile=str(settings.kafka_ssl_certfile) if settings.kafka_ssl_certfile else None,
-        keyfile=str(settings.kafka_ssl_keyfile) if settings.kafka_ssl_keyfile else None,
+        cafile=str(settings.kafka.kafka_ssl_cafile) if settings.kafka.kafka_ssl_cafile else None,
+        certfile=str(settings.kafka.kafka_ssl_certfile) if settings.kafka.kafka_ssl_certfile else None,
+        keyfile=str(settings.kafka.kafka_ssl_keyfile) if settings.kafka.kafka_ssl_keyfile else None,
     )
 
 
 def security_kwargs(settings: Settings) -> dict[str, Any]:
     """aiokafka's security arguments for the configured protocol (none for PLAINTEXT)."""
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.kafka_security_protocol
     if protocol == "PLAINTEXT":
         return {}
     out: dict[str, Any] = {"security_protocol": protocol}
     if protocol in ("SSL", "SASL_SSL"):
         out["ssl_context"] = ssl_context(settings)
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        assert settings.kafka.kafka_sasl_password is not None  # the settings refuse SASL without one
         out.update(
-            sasl_mechanism=settings.kafka_sasl_mechanism,
-            sasl_plain_username=settings.kafka_sasl_username,
-            sasl_plain_password=settings.kafka_sasl_password.get_secret_value(),
+            sasl_mechanism=settings.kafka.kafka_sasl_mechanism,
+            sasl_plain_username=settings.kafka.kafka_sasl_username,
+            sasl_plain_password=settings.kafka.kafka_sasl_password.get_secret_value(),
         )
     return out
 
 
 def client_kwargs(settings: Settings) -> dict[str, Any]:
     """Bootstrap servers and security arguments shared by every aiokafka client."""
-    return {"bootstrap_servers": settings.brokers, **security_kwargs(settings)}
+    return {"bootstrap_servers": settings.kafka.brokers, **security_kwargs(settings)}
 
 
 @lru_cache(maxsize=1 << 16)
@@ -100,17 +100,17 @@ async def ensure_topics(settings: Settings, update_existing: bool = False) -> To
     set where it differs from ``topic_retention_ms`` and their partition counts are checked
     (never changed: a user's records and state stay on the partition their key hashes to)."""
     report = TopicsReport()
-    retention = {settings.topic(name): ms for name, ms in settings.topic_retention_ms.items()}
+    retention = {settings.kafka.topic(name): ms for name, ms in settings.kafka.topic_retention_ms.items()}
     admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        names = [settings.topic(spec.name) for spec in ALL_TOPICS]
+        names = [settings.kafka.topic(spec.name) for spec in ALL_TOPICS]
         missing = [
             NewTopic(
                 name,
-                num_partitions=settings.topic_partitions,
-                replication_factor=settings.topic_replication_factor,
+                num_partitions=settings.kafka.topic_partitions,
+                replication_factor=settings.kafka.topic_replication_factor,
                 topic_configs={"retention.ms": str(retention[name])} if name in retention else {},
             )
             for name in names
@@ -123,7 +123,7 @@ async def ensure_topics(settings: Settings, update_existing: bool = False) -> To
         report.existing = [name for name in names if name in existing]
         if update_existing and report.existing:
             for topic in await admin.describe_topics(report.existing):
-                if len(topic["partitions"]) != settings.topic_partitions:
+                if len(topic["partitions"]) != settings.kafka.topic_partitions:
                     report.wrong_partitions[topic["topic"]] = len(topic["partitions"])
             stale = [name for name in report.existing if name in retention]
             if stale:
@@ -144,7 +144,7 @@ async def wait_group_coordinator(settings: Settings, timeout: float = 60.0) -> f
     try:
         while True:
             try:
-                await admin.find_coordinator(settings.app_id)
+                await admin.find_coordinator(settings.kafka.app_id)
                 return loop.time() - start
             except CoordinatorNotAvailableError:
                 if loop.time() - start > timeout:
@@ -279,7 +279,9 @@ async def wait_processed(
 async def group_offsets(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer in the pipeline's group that subscribes to nothing (so it never joins or
     rebalances the group): for reading the group's committed offsets."""
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=settings.app_id, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(settings), group_id=settings.kafka.app_id, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         yield consumer
@@ -313,7 +315,7 @@ async def consumed(settings: Settings, topics: list[str]) -> bool:
     """Whether the pipeline's group has committed every record of ``topics``. Only for topics the
     pipeline itself produces: against Tansu it sends one record per batch, so end offsets hold."""
     async with group_offsets(settings) as consumer:
-        tps = [TopicPartition(t, p) for t in topics for p in range(settings.topic_partitions)]
+        tps = [TopicPartition(t, p) for t in topics for p in range(settings.kafka.topic_partitions)]
         ends = await consumer.end_offsets(tps)
         for tp in tps:
             if ends[tp] and (await consumer.committed(tp) or 0) < ends[tp]:
@@ -324,7 +326,7 @@ async def consumed(settings: Settings, topics: list[str]) -> bool:
 async def settled(settings: Settings) -> bool:
     """Whether consolidation has nothing left in flight: every record of the topics after ingest
     committed, twice in a row (work in flight publishes into the next topic in between)."""
-    topics = [settings.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, DEFERRED, MEMORY_UPDATES)]
+    topics = [settings.kafka.topic(spec.name) for spec in (CONSOLIDATION, WINDOWS, DEFERRED, MEMORY_UPDATES)]
     return await consumed(settings, topics) and await consumed(settings, topics)
 
 
@@ -333,7 +335,7 @@ async def unconsumed(settings: Settings, topic: str, idle_s: float = 0.2) -> int
     them from the committed offsets on: end offsets cannot say, since Tansu reports the end of a
     multi-record batch (as the gateway's producer sends) as its first offset + 1."""
     async with group_offsets(settings) as group:
-        tps = [TopicPartition(topic, p) for p in range(settings.topic_partitions)]
+        tps = [TopicPartition(topic, p) for p in range(settings.kafka.topic_partitions)]
         start = {tp: await group.committed(tp) or 0 for tp in tps}
     consumer = AIOKafkaConsumer(
         **client_kwargs(settings), auto_offset_reset="earliest", enable_auto_commit=False

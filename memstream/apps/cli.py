@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from memstream.adapters.settings import Settings, setting_errors, unknown_variables
+from memstream.adapters.settings import FIELDS, Settings, setting_errors, setting_value, unknown_variables
 from memstream.apps.status import fetch_status, render_status
 from memstream.schemas.events import DEFAULT_TENANT
 
@@ -44,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"memstream: invalid settings: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.worker.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         code = int(args.func(args, settings) or 0)
@@ -407,19 +409,19 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> int:
     from memstream.apps.gateway.app import create_app
     from memstream.apps.gateway.headers import HeadersBy
 
-    port = args.port if args.port is not None else settings.gateway_port
+    port = args.port if args.port is not None else settings.gateway.gateway_port
     if not port:
         print("memstream: no gateway port (MEMSTREAM_GATEWAY_PORT is 0)", file=sys.stderr)
         return 2
     uvicorn.run(
         create_app(settings),
-        host=settings.gateway_host,
+        host=settings.gateway.gateway_host,
         port=port,
-        log_level=settings.log_level.lower(),
+        log_level=settings.worker.log_level.lower(),
         access_log=False,  # request lines carry user ids; /metrics counts requests instead
         # Headers: at most 16 KiB (h11), within MEMSTREAM_GATEWAY_BODY_TIMEOUT_S (HeadersBy:
         # uvicorn has no deadline for them); the body has as long again (the gateway's Gate).
-        http=HeadersBy.within(settings.gateway_body_timeout_s),
+        http=HeadersBy.within(settings.gateway.gateway_body_timeout_s),
         h11_max_incomplete_event_size=16 * 1024,
     )
     return 0
@@ -431,7 +433,7 @@ def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     except ModuleNotFoundError as exc:
         print(f"memstream mcp needs the mcp extra (pip install 'memstream[mcp]'): {exc}", file=sys.stderr)
         return 2
-    url = os.environ.get("MEMSTREAM_GATEWAY_URL") or f"http://127.0.0.1:{settings.gateway_port}"
+    url = os.environ.get("MEMSTREAM_GATEWAY_URL") or f"http://127.0.0.1:{settings.gateway.gateway_port}"
     transport: Transport = "stdio" if args.transport == "stdio" else "streamable-http"
     serve(url, os.environ.get("MEMSTREAM_API_KEY") or None, transport, args.host, args.port)
     return 0
@@ -465,14 +467,14 @@ def _cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    if not settings.metrics_port:
+    if not settings.worker.metrics_port:
         print("memstream: MEMSTREAM_METRICS_PORT is 0, so workers serve no status", file=sys.stderr)
         return 2
     try:
         status = fetch_status(settings)
     except (urllib.error.URLError, OSError) as exc:
         print(
-            f"memstream: no pipeline answers on 127.0.0.1:{settings.metrics_port} ({exc}); "
+            f"memstream: no pipeline answers on 127.0.0.1:{settings.worker.metrics_port} ({exc}); "
             "is `memstream up` running (with the same MEMSTREAM_WORKERS)?",
             file=sys.stderr,
         )
@@ -609,7 +611,7 @@ def _cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
     # SIGTERM must unwind the `with` below, or the broker process would outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         with embedded_broker(settings, args.port) as broker:
             print(f"broker on {broker.bootstrap}: {describe(settings)}; Ctrl-C stops it", flush=True)
@@ -631,8 +633,10 @@ def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     texts: dict[str, list[str]] = {}
     for turn in sorted(read_turns(args.file, args.format), key=lambda t: t.ts):
         texts.setdefault(turn.key, []).append(render_text(turn.messages))
-    embedder = make_embedder(settings)
-    report = calibrate(texts, embedder, settings.recurrence_top_k, settings.theta_count)
+    embedder = make_embedder(settings.embedding)
+    report = calibrate(
+        texts, embedder, settings.consolidation.recurrence_top_k, settings.consolidation.theta_count
+    )
     print(report.model_dump_json(indent=2) if args.json else render(report))
     return 0
 
@@ -640,7 +644,7 @@ def _cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_topics_create(args: argparse.Namespace, settings: Settings) -> int:
     from memstream.adapters.kafka import ensure_topics
 
-    if settings.bootstrap_servers is None:
+    if settings.kafka.bootstrap_servers is None:
         print("memstream: MEMSTREAM_BOOTSTRAP_SERVERS is not set", file=sys.stderr)
         return 2
     from aiokafka.errors import KafkaError
@@ -657,7 +661,7 @@ def _cmd_topics_create(args: argparse.Namespace, settings: Settings) -> int:
     for name, count in report.wrong_partitions.items():
         print(
             f"memstream: {name} has {count} partitions, MEMSTREAM_TOPIC_PARTITIONS is "
-            f"{settings.topic_partitions}",
+            f"{settings.kafka.topic_partitions}",
             file=sys.stderr,
         )
     return 1 if report.wrong_partitions else 0
@@ -709,16 +713,16 @@ def _type_name(annotation: Any) -> str:
 
 def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     if args.markdown:
-        print("| variable | type | default | meaning |\n| --- | --- | --- | --- |")
-    for name, f in Settings.model_fields.items():
+        print("| variable | group | type | default | meaning |\n| --- | --- | --- | --- | --- |")
+    for name, (group, f) in FIELDS.items():
         var = f"MEMSTREAM_{name.upper()}"
         if args.markdown:
             kind = _type_name(f.annotation).replace("|", "\\|")
             default = f.get_default(call_default_factory=True)
             shown = ",".join(default) if isinstance(default, list) else default
-            print(f"| `{var}` | {kind} | `{shown}` | {f.description} |")
+            print(f"| `{var}` | {group} | {kind} | `{shown}` | {f.description} |")
         else:
-            value = getattr(settings, name)
+            value = setting_value(settings, name)
             print(f"{var:<36} {'***' if 'KEY' in var and value else value!s:<28} {f.description}")
     return 0
 

@@ -39,13 +39,15 @@ PROGRESS_EVERY_S = 15.0  # how often a wait says it still waits, where no line c
 def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int:
     # httpx logs each request at INFO: between the results, that is noise.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    data_dir = settings.data_dir / "demo"
+    data_dir = settings.storage.data_dir / "demo"
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
     broker_port = (
-        settings.embedded_broker_port if not port_open(settings.embedded_broker_port) else free_port()
+        settings.kafka.embedded_broker_port
+        if not port_open(settings.kafka.embedded_broker_port)
+        else free_port()
     )
-    metrics_port, gateway_port = free_ports(settings.workers), free_port()
+    metrics_port, gateway_port = free_ports(settings.worker.workers), free_port()
     records = list(read_records(sample, "jsonl"))
     first = Turn.from_bytes(records[0].value)
     env = {
@@ -61,18 +63,16 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
         "MEMSTREAM_LOG_LEVEL": "WARNING",
     }
     env.pop("MEMSTREAM_BOOTSTRAP_SERVERS", None)
-    client = settings.model_copy(
-        update={
-            "bootstrap_servers": f"127.0.0.1:{broker_port}",
-            "metrics_port": metrics_port,
-            "tansu_quirks": broker_kind(settings) == "tansu",
-        }
+    client = settings.replace(
+        bootstrap_servers=f"127.0.0.1:{broker_port}",
+        metrics_port=metrics_port,
+        tansu_quirks=broker_kind(settings) == "tansu",
     )
     log = data_dir / "pipeline.log"
     print(
         f"starting the pipeline: embedded broker on 127.0.0.1:{broker_port}, "
-        f"{describe(client.model_copy(update={'data_dir': data_dir}))}, store in {data_dir}, "
-        f"embedder {settings.embedder} (log: {log})",
+        f"{describe(client.replace(data_dir=data_dir))}, store in {data_dir}, "
+        f"embedder {settings.embedding.embedder} (log: {log})",
         flush=True,
     )
     proc = subprocess.Popen(
@@ -108,8 +108,8 @@ def run_demo(settings: Settings, sample: Path, idle_close_s: float = 5.0) -> int
             "nodes of the memory tree"
             + (
                 " by the extractive consolidator (no LLM configured: 0 tokens)."
-                if not settings.llm_base_url
-                else f" by {settings.llm_model}; `memstream cost` shows the tokens."
+                if not settings.llm.llm_base_url
+                else f" by {settings.llm.llm_model}; `memstream cost` shows the tokens."
             )
         )
         last = max(

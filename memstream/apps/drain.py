@@ -42,8 +42,8 @@ def drain(
     """Stop admitting turns and wait for the workers to store the admitted ones; how many turns
     were left unstored when the time ran out (0: none)."""
     t0 = time.monotonic()
-    deadline = t0 + settings.stop_drain_s
-    log.info("stopping: storing the accepted turns first (at most %.0fs)", settings.stop_drain_s)
+    deadline = t0 + settings.worker.stop_drain_s
+    log.info("stopping: storing the accepted turns first (at most %.0fs)", settings.worker.stop_drain_s)
     if gateway is not None and gateway.poll() is None:
         gateway.send_signal(DRAIN_SIGNAL)
         _wait_gateway(settings, gateway, deadline)
@@ -69,8 +69,12 @@ def drain(
 
 def _wait_gateway(settings: Settings, gateway: subprocess.Popen[bytes], deadline: float) -> None:
     """Until the draining gateway has no turn request in progress (or has exited)."""
-    host = "127.0.0.1" if settings.gateway_host in ("0.0.0.0", "::", "") else settings.gateway_host
-    url = f"http://{f'[{host}]' if ':' in host else host}:{settings.gateway_port}/readyz"
+    host = (
+        "127.0.0.1"
+        if settings.gateway.gateway_host in ("0.0.0.0", "::", "")
+        else settings.gateway.gateway_host
+    )
+    url = f"http://{f'[{host}]' if ':' in host else host}:{settings.gateway.gateway_port}/readyz"
     while gateway.poll() is None and time.monotonic() < deadline:
         state = _readiness(url)
         if state is None or (state.get("draining") and state.get("turns_in_flight") == 0):
@@ -100,7 +104,7 @@ def _readiness(url: str) -> dict[str, Any] | None:
 async def _wait_stored(settings: Settings, working: Callable[[], bool]) -> int:
     """Until the group has committed the whole turns topic; the turns not committed when the
     time ran out or the last worker exited."""
-    topic = settings.topic(TURNS.name)
+    topic = settings.kafka.topic(TURNS.name)
     reported = time.monotonic()
     while left := await unconsumed(settings, topic):
         if not working():

@@ -435,13 +435,13 @@ def run_pipeline(
             "idle_check_interval_s": 1.0,
             "durative_delay_s": 2.0,
         }
-        child = settings.model_copy(update=fresh)
+        child = settings.replace(**fresh)
         log = work / "pipeline.log"
         started = time.monotonic()
         proc = _start_up(fresh, log)
         try:
             _wait(
-                lambda: fetch_status(child)["partitions"] == list(range(child.topic_partitions)),
+                lambda: fetch_status(child)["partitions"] == list(range(child.kafka.topic_partitions)),
                 deadline,
                 "the pipeline to start",
                 proc,
@@ -491,8 +491,8 @@ def run_pipeline(
     meta = {
         "path": "memstream up (embedded broker and Qdrant Edge, 1 worker) + replay "
         "+ GET /v1/users/{id}/timeline?min_level=1",
-        "embedder": settings.embedder,
-        "writer": "llm" if settings.llm_base_url else "extractive",
+        "embedder": settings.embedding.embedder,
+        "writer": "llm" if settings.llm.llm_base_url else "extractive",
         "idle_close_s": idle_close_s,
         "level_one_kinds": list(LEVEL_ONE_KINDS),
         "settled_s": round(settled_s, 1),  # from starting memstream up until consolidation settled
@@ -563,7 +563,7 @@ def _wait(
 
 def _timeline(child: Settings, user_id: str) -> list[Node]:
     user = urllib.parse.quote(user_id, safe="")
-    url = f"http://127.0.0.1:{child.gateway_port}/v1/users/{user}/timeline?min_level=1"
+    url = f"http://127.0.0.1:{child.gateway.gateway_port}/v1/users/{user}/timeline?min_level=1"
     with urllib.request.urlopen(url, timeout=30) as resp:
         body = orjson.loads(resp.read())
     return [
@@ -606,7 +606,7 @@ def _evaluate(
 ) -> dict[str, Any]:
     conversations = load(data)
     timelines, meta = run_pipeline(settings, data, idle_close_s, timeout_s, out)
-    return report(path, conversations, timelines, meta, ZoneInfo(settings.default_timezone))
+    return report(path, conversations, timelines, meta, ZoneInfo(settings.windows.default_timezone))
 
 
 # --- the table -----------------------------------------------------------------------------------

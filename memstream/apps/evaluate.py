@@ -134,9 +134,9 @@ def _text_or_none(value: Any) -> str | None:
 
 
 async def build_memory(settings: Settings, embedder: Embedder, path: Path, tenant: str) -> EdgeShards:
-    """Ingest and consolidate the whole file on a fresh store under ``settings.data_dir``."""
+    """Ingest and consolidate the whole file on a fresh store under ``settings.storage.data_dir``."""
     shards = EdgeShards(
-        settings.data_dir / "store",
+        settings.storage.data_dir / "store",
         [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)],
     )
     await InProcess(settings, embedder, shards).run(locomo_turns(path, tenant=tenant))
@@ -154,8 +154,8 @@ async def evaluate(
     total = sum(len(c.questions) for c in conversations)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="memstream-eval-") as tmp:
-        settings = settings.model_copy(update={"data_dir": Path(tmp)})
-        embedder = make_embedder(settings)
+        settings = settings.replace(data_dir=Path(tmp))
+        embedder = make_embedder(settings.embedding)
         shards = await build_memory(settings, embedder, path, tenant)
         bar = tqdm(total=total, desc="questions", disable=not progress)
         for conv in conversations:
@@ -224,8 +224,8 @@ async def evaluate(
     return {
         "data": str(path),
         "tenant": tenant,
-        "embedder": settings.embedder,
-        "writer": "llm" if settings.llm_base_url else "extractive",
+        "embedder": settings.embedding.embedder,
+        "writer": "llm" if settings.llm.llm_base_url else "extractive",
         "budgets": list(budgets),
         "conversations": len(conversations),
         "questions": len(rows),

@@ -28,22 +28,24 @@ class Reindexed:
 
 
 async def reindex(settings: Settings) -> Reindexed:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     shards = open_shards(
-        settings, [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
+        settings.storage, [units_spec(embedder.dim), views_spec(embedder.dim), memories_spec(embedder.dim)]
     )
     try:
-        records = await read_topic(settings, settings.topic(MEMORY_UPDATES.name))
-        for store in all_stores(shards, settings.topic_partitions):
+        records = await read_topic(settings, settings.kafka.topic(MEMORY_UPDATES.name))
+        for store in all_stores(shards, settings.kafka.topic_partitions):
             store.delete(MEMORIES, Filter())
         by_partition: dict[int, list[MemoryUpdate]] = {}
         for key, value in records:  # in topic order within each partition
             update = MemoryUpdate.from_bytes(value)
-            by_partition.setdefault(partition_for(key or b"", settings.topic_partitions), []).append(update)
+            by_partition.setdefault(partition_for(key or b"", settings.kafka.topic_partitions), []).append(
+                update
+            )
         indexer = Indexer(embedder)
         for partition, updates in sorted(by_partition.items()):
             await indexer.apply(shards.get(partition), updates)
-        total = sum(s.count(MEMORIES) for s in all_stores(shards, settings.topic_partitions))
+        total = sum(s.count(MEMORIES) for s in all_stores(shards, settings.kafka.topic_partitions))
         return Reindexed(len(records), total)
     finally:
         shards.close()

@@ -39,7 +39,7 @@ async def replay(
     progress: bool = True,
 ) -> ReplayReport:
     await ensure_topics(settings)
-    topic = settings.topic(TURNS.name)
+    topic = settings.kafka.topic(TURNS.name)
     report = ReplayReport()
     start = time.perf_counter()
     async with producer(settings) as p:

@@ -53,13 +53,14 @@ EMBEDDED_KAFKA_SESSION_S = 10.0
 
 def run_up(settings: Settings) -> int:
     """Run until stopped; the exit code of the pipeline."""
-    if settings.workers > settings.topic_partitions:
+    workers, partitions = settings.worker.workers, settings.kafka.topic_partitions
+    if workers > partitions:
         raise ValueError(
-            f"MEMSTREAM_WORKERS={settings.workers} is more than the {settings.topic_partitions} topic "
+            f"MEMSTREAM_WORKERS={workers} is more than the {partitions} topic "
             "partitions; the extra workers would sit idle"
         )
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    embedded = broker_kind(settings) if settings.bootstrap_servers is None else None
+    settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+    embedded = broker_kind(settings) if settings.kafka.bootstrap_servers is None else None
     with ExitStack() as stack:
         if embedded:
             started = time.monotonic()
@@ -71,20 +72,18 @@ def run_up(settings: Settings) -> int:
                 time.monotonic() - started,
                 describe(settings),
             )
-            settings = settings.model_copy(
-                update={
-                    "bootstrap_servers": broker.bootstrap,
-                    "tansu_quirks": embedded == "tansu",
-                    # A restart after kill -9 waits this long for the killed workers' partitions.
-                    "group_session_timeout_s": settings.group_session_timeout_s
-                    or (EMBEDDED_KAFKA_SESSION_S if embedded == "kafka" else None),
-                }
+            settings = settings.replace(
+                bootstrap_servers=broker.bootstrap,
+                tansu_quirks=embedded == "tansu",
+                # A restart after kill -9 waits this long for the killed workers' partitions.
+                group_session_timeout_s=settings.worker.group_session_timeout_s
+                or (EMBEDDED_KAFKA_SESSION_S if embedded == "kafka" else None),
             )
         asyncio.run(ensure_topics(settings))
         if embedded == "kafka":
             waited = asyncio.run(wait_group_coordinator(settings))
             log.info("Kafka's group coordinator answered after %.1fs", waited)
-        if settings.workers == 1 and not settings.gateway_port and not embedded:
+        if settings.worker.workers == 1 and not settings.gateway.gateway_port and not embedded:
             run_worker(settings)
             return 0
         # Only Tansu's log is in memory: Kafka keeps what was accepted, and a stop need not wait.
@@ -93,25 +92,27 @@ def run_up(settings: Settings) -> int:
 
 def run_worker(settings: Settings) -> None:
     """One faust worker in this process."""
-    if settings.table_store != "rocksdb":
+    if settings.storage.table_store != "rocksdb":
         _run_worker(settings)
         return
     # RocksDB locks its databases for one process: this worker's own directory, held while it runs.
-    claimed = claim_worker_dir(settings.data_dir, settings.worker_index, settings.table_stale_after_s)
-    claimed.keep_marked(every_s=min(600.0, settings.table_stale_after_s / 4))
+    claimed = claim_worker_dir(
+        settings.storage.data_dir, settings.worker.worker_index, settings.storage.table_stale_after_s
+    )
+    claimed.keep_marked(every_s=min(600.0, settings.storage.table_stale_after_s / 4))
     try:
         log.info("table state in RocksDB under %s", claimed.path)
-        _run_worker(settings.model_copy(update={"worker_index": claimed.index}))
+        _run_worker(settings.replace(worker_index=claimed.index))
     finally:
         claimed.release()
 
 
 def _run_worker(settings: Settings) -> None:
-    embedder = make_embedder(settings)
+    embedder = make_embedder(settings.embedding)
     specs = [units_spec(embedder.dim), views_spec(embedder.dim)]
-    if {"consolidate", "index"} & set(settings.roles):
+    if {"consolidate", "index"} & set(settings.worker.roles):
         specs.append(memories_spec(embedder.dim))
-    shards = open_shards(settings, specs)
+    shards = open_shards(settings.storage, specs)
     try:
         processor = IngestProcessor(settings, embedder, shards)
         consolidation = build_consolidation(settings, embedder, processor.theta_sim)
@@ -120,28 +121,28 @@ def _run_worker(settings: Settings) -> None:
             embedder.name,
             embedder.dim,
             processor.theta_sim,
-            settings.theta_count,
-            settings.store,
+            settings.consolidation.theta_count,
+            settings.storage.store,
         )
         log.info(
             "consolidation: %s",
-            f"LLM {settings.llm_model} at {settings.llm_base_url}"
+            f"LLM {settings.llm.llm_model} at {settings.llm.llm_base_url}"
             if consolidation.llm
             else "extractive (no LLM)",
         )
         app = build_app(Worker(settings, embedder, shards, processor, consolidation))
-        if settings.metrics_port:
+        if settings.worker.metrics_port:
             log.info(
                 "metrics and status on http://%s:%d/metrics and /status",
-                settings.metrics_host,
-                settings.metrics_port,
+                settings.worker.metrics_host,
+                settings.worker.metrics_port,
             )
         # Everything imported and built so far (faust, numpy, scikit-learn, openai, the model...)
         # lives as long as the process: move it out of the cyclic GC's reach, or every full
         # collection walks it again (measured: ~8 % of ingest throughput).
         gc.freeze()
         gc.set_threshold(50_000, 20, 10)
-        worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, redirect_stdouts=False)
+        worker = faust.Worker(app, loglevel=settings.worker.log_level, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()
         except SystemExit as exc:
@@ -152,33 +153,35 @@ def _run_worker(settings: Settings) -> None:
 
 
 def run_workers(settings: Settings, drain_first: bool = False) -> int:
-    """``settings.workers`` worker processes, and the gateway unless its port is 0; returns when
+    """``settings.worker.workers`` worker processes, and the gateway unless its port is 0; returns when
     they have all stopped. With ``drain_first``, the accepted turns are stored before they stop."""
     env = {
         **os.environ,
         "MEMSTREAM_WORKERS": "1",
-        "MEMSTREAM_BOOTSTRAP_SERVERS": settings.brokers,
-        "MEMSTREAM_TANSU_QUIRKS": str(settings.tansu_quirks).lower(),
+        "MEMSTREAM_BOOTSTRAP_SERVERS": settings.kafka.brokers,
+        "MEMSTREAM_TANSU_QUIRKS": str(settings.kafka.tansu_quirks).lower(),
         # The workers' internal port (their stores): unless set, a token only the gateway started here knows.
         "MEMSTREAM_INTERNAL_TOKEN": (
-            settings.internal_token.get_secret_value()
-            if settings.internal_token
+            settings.worker.internal_token.get_secret_value()
+            if settings.worker.internal_token
             else secrets.token_urlsafe(32)
         ),
     }
-    if settings.group_session_timeout_s:
-        env["MEMSTREAM_GROUP_SESSION_TIMEOUT_S"] = str(settings.group_session_timeout_s)
-    if settings.embedder == "minilm" and not settings.minilm_threads:
+    if settings.worker.group_session_timeout_s:
+        env["MEMSTREAM_GROUP_SESSION_TIMEOUT_S"] = str(settings.worker.group_session_timeout_s)
+    if settings.embedding.embedder == "minilm" and not settings.embedding.minilm_threads:
         # One onnxruntime session per core in all: N workers must not each take every core.
-        env["MEMSTREAM_MINILM_THREADS"] = str(max(1, (os.cpu_count() or 1) // settings.workers))
-    ports = worker_ports(settings) or [0] * settings.workers
+        env["MEMSTREAM_MINILM_THREADS"] = str(max(1, (os.cpu_count() or 1) // settings.worker.workers))
+    ports = worker_ports(settings) or [0] * settings.worker.workers
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "memstream.apps.cli", "up"],
             env={
                 **env,
                 "MEMSTREAM_METRICS_PORT": str(port),
-                "MEMSTREAM_INTERNAL_PORT": str(settings.internal_port + i if settings.internal_port else 0),
+                "MEMSTREAM_INTERNAL_PORT": str(
+                    settings.worker.internal_port + i if settings.worker.internal_port else 0
+                ),
                 "MEMSTREAM_GATEWAY_PORT": "0",
                 # worker i's table directory (table_store=rocksdb): the same one after a restart
                 "MEMSTREAM_WORKER_INDEX": str(i),
@@ -190,8 +193,8 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
     ]
     log.info("%d workers: pids %s", len(workers), ", ".join(str(p.pid) for p in workers))
     gateway = None
-    if settings.gateway_port:
-        gateway_env = {**env, "MEMSTREAM_WORKERS": str(settings.workers)}
+    if settings.gateway.gateway_port:
+        gateway_env = {**env, "MEMSTREAM_WORKERS": str(settings.worker.workers)}
         gateway = subprocess.Popen(
             [sys.executable, "-m", "memstream.apps.cli", "gateway"],
             env=gateway_env,
@@ -199,7 +202,10 @@ def run_workers(settings: Settings, drain_first: bool = False) -> int:
             preexec_fn=die_with_parent(),
         )
         log.info(
-            "gateway on http://%s:%d (pid %d)", settings.gateway_host, settings.gateway_port, gateway.pid
+            "gateway on http://%s:%d (pid %d)",
+            settings.gateway.gateway_host,
+            settings.gateway.gateway_port,
+            gateway.pid,
         )
     procs = [*workers, *([gateway] if gateway else [])]
 

@@ -18,9 +18,9 @@ QUEUED = "memstream_consolidation_queued"
 
 def worker_ports(settings: Settings) -> list[int]:
     """The ``/metrics`` and ``/status`` port of each worker (none when metrics are off)."""
-    if not settings.metrics_port:
+    if not settings.worker.metrics_port:
         return []
-    return [settings.metrics_port + i for i in range(settings.workers)]
+    return [settings.worker.metrics_port + i for i in range(settings.worker.workers)]
 
 
 def fetch_status(settings: Settings, timeout: float = 5.0) -> dict[str, Any]:

@@ -34,11 +34,11 @@ class Consolidation:
 def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float) -> Consolidation:
     writer: Writer
     llm: LLMClient | None = None
-    if settings.llm_base_url:
+    if settings.llm.llm_base_url:
         from memstream.consumers.llm_writer import LLMWriter
 
-        llm = LLMClient(settings)
-        writer = LLMWriter(llm, settings.llm_model)
+        llm = LLMClient(settings.llm)
+        writer = LLMWriter(llm, settings.llm.llm_model)
     else:
         from memstream.consumers.extractive import ExtractiveWriter
 
@@ -46,7 +46,7 @@ def build_consolidation(settings: Settings, embedder: Embedder, theta_sim: float
     return Consolidation(
         writer=writer,
         recurrence=RecurrenceConsolidator(embedder, writer, theta_sim),
-        tree=TreeSummarizer(embedder, writer, settings.observation_budget),
+        tree=TreeSummarizer(embedder, writer, settings.consolidation.observation_budget),
         indexer=Indexer(embedder),
         llm=llm,
     )

@@ -194,10 +194,10 @@ def serve_internal(
 ) -> int | None:
     """The internal port, with the embedded store only (a Qdrant server is read by gateways directly)
     and with the status port, where gateways find it; its number, or None."""
-    if settings.store != "edge" or not settings.metrics_port:
+    if settings.storage.store != "edge" or not settings.worker.metrics_port:
         return None
-    token = settings.internal_token
-    sock = bind(settings.internal_host, settings.internal_port)
+    token = settings.worker.internal_token
+    sock = bind(settings.worker.internal_host, settings.worker.internal_port)
     pages = internal_app(
         token.get_secret_value().encode() if token else None,
         store_answer(held, store_of),
@@ -205,5 +205,5 @@ def serve_internal(
     )
     app.service(internal_server(pages, sock))
     port: int = sock.getsockname()[1]
-    log.info("internal port (store and recall for gateways) on %s:%d", settings.internal_host, port)
+    log.info("internal port (store and recall for gateways) on %s:%d", settings.worker.internal_host, port)
     return port

@@ -43,16 +43,7 @@ from memstream.core.units import UNITS
 from memstream.schemas.topics import CONSOLIDATION, DEFERRED, MEMORY_UPDATES, TOMBSTONES, TURNS, WINDOWS
 from memstream.streams.decisions import made_at
 from memstream.streams.faust_adapter import batches, manual_acks
-from memstream.streams.handlers import (
-    Consolidating,
-    Forgetting,
-    IdleWindows,
-    Indexing,
-    Ingesting,
-    Requests,
-    Retries,
-    Summaries,
-)
+from memstream.streams.handlers import Forgetting, IdleWindows, Ingesting
 from memstream.streams.ingest import Incoming
 from memstream.streams.key_ordered import HELD_PER_CALL, KeyOrdered
 from memstream.streams.routing import misplaced
@@ -78,7 +69,7 @@ def _ingest_role(worker: Worker) -> None:
     window_state = worker.tables.window_state
     idle = IdleWindows(
         window_state,
-        lambda key: partition_for(key, settings.topic_partitions),
+        lambda key: partition_for(key, settings.kafka.topic_partitions),
         worker.idle_close,
         worker.clock,
     )
@@ -86,7 +77,7 @@ def _ingest_role(worker: Worker) -> None:
 
     @app.agent(worker.topic(TURNS))
     async def ingest(stream: faust.StreamT) -> None:
-        async for events in batches(stream, settings.batch_size, settings.batch_within_s):
+        async for events in batches(stream, settings.worker.batch_size, settings.worker.batch_within_s):
             # Turns on a partition other than their key's are forwarded there, not processed
             # here; the forward is delivered before this batch is acknowledged.
             away = {i: home for i, e in enumerate(events) if (home := _home_of(worker, e)) is not None}
@@ -96,7 +87,7 @@ def _ingest_role(worker: Worker) -> None:
                 await publish(*await ingesting.batch(records))
             partitions.ingested(events)
 
-    @app.timer(settings.idle_check_interval_s)
+    @app.timer(settings.windows.idle_check_interval_s)
     async def close_idle_windows() -> None:
         # Slices of users, the lock released in between so ingest goes on while many close.
         while not worker.interrupted():  # the tables may be recovering: the index is built once whole
@@ -110,20 +101,13 @@ def _ingest_role(worker: Worker) -> None:
 
 
 def _consolidate_role(worker: Worker) -> None:
-    app, settings, publish, consolidation = worker.app, worker.settings, worker.publish, worker.consolidation
-    step = Consolidating(
-        worker.store_of, worker.barrier, worker.gone, worker.interrupted, worker.clock, settings.defer_retry_s
-    )
+    app = worker.app
     assert worker.tables.tree_state is not None  # the consolidate role's table
-    requests = Requests(step, consolidation.recurrence.handle)
-    summaries = Summaries(
-        step, consolidation.tree.handle, worker.tables.tree_state, publish, settings.durative_delay_s
-    )
-    retries = Retries(step, consolidation.tree.durative)
+    handlers = worker.handlers.consolidators(worker.tables.tree_state)
 
     # Each stage works on many users' records at once, one user's strictly in order
     # (streams/key_ordered.py), holding HELD_PER_CALL records per LLM call a worker makes at once.
-    at_once = HELD_PER_CALL * settings.llm_concurrency
+    at_once = HELD_PER_CALL * worker.settings.llm.llm_concurrency
 
     async def key_ordered(
         stream: faust.StreamT, stage: str, handle: Callable[[Incoming], Awaitable[None]]
@@ -131,34 +115,28 @@ def _consolidate_role(worker: Worker) -> None:
         events, ack = manual_acks(stream)
         await KeyOrdered(stage, at_once).run(events, lambda event: handle(received(event)), ack)
 
-    async def request(r: Incoming) -> None:
-        await publish(await requests.request(r))
-
-    async def deferred(r: Incoming) -> None:
-        await publish(await retries.deferred(r))
-
     @app.agent(worker.topic(CONSOLIDATION))
     async def consolidate(stream: faust.StreamT) -> None:
-        await key_ordered(stream, CONSOLIDATION.name, request)
+        await key_ordered(stream, CONSOLIDATION.name, handlers.request)
 
     @app.agent(worker.topic(WINDOWS))
     async def summarize(stream: faust.StreamT) -> None:
-        await key_ordered(stream, WINDOWS.name, summaries.window)
+        await key_ordered(stream, WINDOWS.name, handlers.window)
 
     @app.agent(worker.topic(DEFERRED))
     async def retry_deferred(stream: faust.StreamT) -> None:
-        await key_ordered(stream, DEFERRED.name, deferred)
+        await key_ordered(stream, DEFERRED.name, handlers.deferred)
 
 
 def _index_role(worker: Worker) -> None:
-    indexing = Indexing(worker.consolidation.indexer.apply, worker.store_of, worker.gone, worker.clock)
+    indexing = worker.handlers.indexing()
 
     @worker.app.agent(worker.topic(MEMORY_UPDATES))
     async def index(stream: faust.StreamT) -> None:
         # Not the turns' batching wait: a user's next consolidation waits until its previous
         # updates are indexed (read your writes), so this wait sits on every step of the user's
         # chain of windows. Under load batches still fill; alone, an update goes at once.
-        async for events in batches(stream, worker.settings.batch_size, INDEX_BATCH_WITHIN_S):
+        async for events in batches(stream, worker.settings.worker.batch_size, INDEX_BATCH_WITHIN_S):
             await worker.publish(*await indexing.batch([received(e) for e in events]))
 
 
@@ -180,13 +158,13 @@ def _every_worker(worker: Worker) -> None:
 
 def _home_of(worker: Worker, event: EventT) -> int | None:
     """The partition a turn belongs on, when it arrived on another (``memstream.streams.routing``)."""
-    return misplaced(event.message.key, event.message.partition, worker.settings.topic_partitions)
+    return misplaced(event.message.key, event.message.partition, worker.settings.kafka.topic_partitions)
 
 
 async def _forward(worker: Worker, records: list[tuple[EventT, int]]) -> None:
     """Each turn to its key's partition, as it was: same key, value, headers and timestamp (the
     time a deleted user's records are told by), delivered (acks=all) before the caller acks."""
-    turns, pending = worker.settings.topic(TURNS.name), []
+    turns, pending = worker.settings.kafka.topic(TURNS.name), []
     for event, home in records:
         msg = event.message
         pending.append(

@@ -20,14 +20,14 @@ MAX_POLL_RECORDS = 100  # records per consumer fetch (see faust_settings)
 
 def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     """The brokers' TLS / SASL settings as faust credentials (None for PLAINTEXT)."""
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.kafka_security_protocol
     context = ssl_context(settings) if protocol in ("SSL", "SASL_SSL") else None
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-        assert settings.kafka_sasl_password is not None  # the settings refuse SASL without one
+        assert settings.kafka.kafka_sasl_password is not None  # the settings refuse SASL without one
         return faust.SASLCredentials(
-            username=settings.kafka_sasl_username,
-            password=settings.kafka_sasl_password.get_secret_value(),
-            mechanism=settings.kafka_sasl_mechanism,
+            username=settings.kafka.kafka_sasl_username,
+            password=settings.kafka.kafka_sasl_password.get_secret_value(),
+            mechanism=settings.kafka.kafka_sasl_mechanism,
             ssl_context=context,
         )
     if context is not None:
@@ -37,25 +37,25 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
-        "broker": f"kafka://{settings.brokers}",
+        "broker": f"kafka://{settings.kafka.brokers}",
         "broker_credentials": faust_credentials(settings),
         # memory: table state is rebuilt from its changelog topic; rocksdb: kept on disk in the
         # worker's own directory, read from the changelog only past what it holds (streams/table_store.py)
-        "store": store_url(settings.table_store),
+        "store": store_url(settings.storage.table_store),
         # faust's own directory, under the data dir (not the working directory: a pod's root
         # file system is read-only); one per worker with RocksDB, which locks its databases
         "datadir": str(
-            worker_dir(settings.data_dir, settings.worker_index)
-            if settings.table_store == "rocksdb"
-            else settings.data_dir / "faust"
+            worker_dir(settings.storage.data_dir, settings.worker.worker_index)
+            if settings.storage.table_store == "rocksdb"
+            else settings.storage.data_dir / "faust"
         ),
-        "table_standby_replicas": settings.table_standby_replicas,
-        "topic_partitions": settings.topic_partitions,
-        "topic_replication_factor": settings.topic_replication_factor,
-        "web_enabled": settings.metrics_port > 0,
-        "web_port": settings.metrics_port,
-        "web_bind": settings.metrics_host,
-        "web_host": settings.metrics_host,
+        "table_standby_replicas": settings.storage.table_standby_replicas,
+        "topic_partitions": settings.kafka.topic_partitions,
+        "topic_replication_factor": settings.kafka.topic_replication_factor,
+        "web_enabled": settings.worker.metrics_port > 0,
+        "web_port": settings.worker.metrics_port,
+        "web_bind": settings.worker.metrics_host,
+        "web_host": settings.worker.metrics_host,
         # faust's own pages would serve table contents (/table: open windows, with turn text) and the
         # app's topology beside /metrics: the status port serves only streams/pages.py's.
         "web_router_enabled": False,
@@ -66,7 +66,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "producer_acks": -1,
         "producer_partitioner": by_key,  # partition_for, stated (memstream.adapters.kafka.by_key)
         "consumer_auto_offset_reset": "earliest",
-        "broker_commit_interval": settings.commit_interval_s,
+        "broker_commit_interval": settings.worker.commit_interval_s,
         "topic_allow_declare": True,
         # faust stops fetching a partition once its agent's buffer is 80 % full (mode's
         # FlowControlQueue), but what was fetched is still delivered, and a delivery into a full
@@ -76,14 +76,14 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         # request (bench/soak.py, 100,000 turns). At most MAX_POLL_RECORDS per fetch, at most one
         # fetch per partition after the pause: the remaining 20 % of the buffer must hold them.
         "broker_max_poll_records": MAX_POLL_RECORDS,
-        "stream_buffer_maxsize": max(4096, 5 * settings.topic_partitions * MAX_POLL_RECORDS),
+        "stream_buffer_maxsize": max(4096, 5 * settings.kafka.topic_partitions * MAX_POLL_RECORDS),
     }
-    if settings.group_session_timeout_s:
+    if settings.worker.group_session_timeout_s:
         conf.update(
-            broker_session_timeout=settings.group_session_timeout_s,
-            broker_heartbeat_interval=settings.group_session_timeout_s / 10,  # Kafka's ratio
+            broker_session_timeout=settings.worker.group_session_timeout_s,
+            broker_heartbeat_interval=settings.worker.group_session_timeout_s / 10,  # Kafka's ratio
         )
-    if settings.tansu_quirks:
+    if settings.kafka.tansu_quirks:
         # Tansu (test/dev broker) reports wrong end offsets for multi-record batches and
         # makes group joins wait half the rebalance timeout (docs/configuration.md, "Tansu, the development
         # broker").

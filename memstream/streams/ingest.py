@@ -139,13 +139,20 @@ class IngestProcessor:
         self.embedder = embedder
         self.shards = shards  # opened with units_spec(embedder.dim)
         self.clock = clock
-        self.theta_sim = settings.theta_sim if settings.theta_sim is not None else embedder.default_theta_sim
-        self.limits = limits_from(
-            settings.max_turn_bytes, settings.min_ts, settings.max_future_skew_s, settings.zone
+        self.theta_sim = (
+            settings.consolidation.theta_sim
+            if settings.consolidation.theta_sim is not None
+            else embedder.default_theta_sim
         )
-        self.session_gap = timedelta(seconds=settings.session_gap_s)
-        self.idle_close = timedelta(seconds=settings.idle_close_s)
-        self.late_tolerance = timedelta(seconds=settings.late_event_tolerance_s)
+        self.limits = limits_from(
+            settings.limits.max_turn_bytes,
+            settings.limits.min_ts,
+            settings.limits.max_future_skew_s,
+            settings.windows.zone,
+        )
+        self.session_gap = timedelta(seconds=settings.windows.session_gap_s)
+        self.idle_close = timedelta(seconds=settings.windows.idle_close_s)
+        self.late_tolerance = timedelta(seconds=settings.windows.late_event_tolerance_s)
 
     async def process(self, batch: Sequence[Incoming], window_state: Mapping[bytes, Any]) -> BatchResult:
         """Process one batch. ``window_state`` maps the ``tenant/user`` key bytes to the JSON of
@@ -172,7 +179,7 @@ class IngestProcessor:
         # Pipelined in chunks: the embedder (onnxruntime or HTTP, both release the GIL) works on
         # chunk k+1 in a thread while chunk k is checked and stored here. Chunks are recorded in
         # order, so each one sees every earlier unit, as if units were handled one by one.
-        size = self.settings.embed_batch_size
+        size = self.settings.embedding.embed_batch_size
         chunks = [new[i : i + size] for i in range(0, len(new), size)] or [[]]
         pending = asyncio.ensure_future(asyncio.to_thread(self._embed, chunks[0]))
         for k, chunk in enumerate(chunks):
@@ -203,7 +210,7 @@ class IngestProcessor:
                     result.dead_letters.append(dead_letter(rec, turn, now))
                     continue
                 tenants[turn.tenant] += 1
-                unit = build_unit(turn, zone_of(turn, self.settings.zone), extract_event_times)
+                unit = build_unit(turn, zone_of(turn, self.settings.windows.zone), extract_event_times)
                 seen = units.get(unit.unit_id)
                 if seen is None:
                     units[unit.unit_id] = (rec, unit)
@@ -251,7 +258,9 @@ class IngestProcessor:
         ``sentence_views`` a unit's one sentence view is its whole-turn vector."""
         own = [u.text for _, u in units]
         texts, rows = (
-            with_sentences(own) if self.settings.sentence_views else (own, [[i] for i in range(len(own))])
+            with_sentences(own)
+            if self.settings.embedding.sentence_views
+            else (own, [[i] for i in range(len(own))])
         )
         with (
             metrics.EMBED_SECONDS.labels(self.embedder.name).time(),
@@ -388,9 +397,9 @@ class IngestProcessor:
             ]
             cluster = recurrence(
                 unit.unit_id,
-                top_k(candidates, self.settings.recurrence_top_k),
+                top_k(candidates, self.settings.consolidation.recurrence_top_k),
                 self.theta_sim,
-                self.settings.theta_count,
+                self.settings.consolidation.theta_count,
             )
             if cluster is None:
                 continue
@@ -403,7 +412,7 @@ class IngestProcessor:
                 unit_ids=cluster.unit_ids,
                 similarities=[round(s, 4) for s in cluster.similarities],
                 theta_sim=self.theta_sim,
-                theta_count=self.settings.theta_count,
+                theta_count=self.settings.consolidation.theta_count,
                 fired_at=unit.ts,
             )
             metrics.CONSOLIDATION_REQUESTS.labels("recurrence").inc()
@@ -417,7 +426,7 @@ class IngestProcessor:
         ``bounded=False`` leaves out the time bound when no stored unit can be that late."""
         return SearchQuery(
             vector,
-            self.settings.recurrence_top_k,
+            self.settings.consolidation.recurrence_top_k,
             Filter(
                 equals=in_buffer(unit.key),
                 ranges={"ts_epoch": Range(lt=unit.ts.timestamp())} if bounded else {},

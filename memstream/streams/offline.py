@@ -53,18 +53,11 @@ from memstream.schemas.topics import (
     TopicSpec,
 )
 from memstream.streams.decisions import made_at
-from memstream.streams.handlers import (
-    Consolidating,
-    IdleWindows,
-    Indexing,
-    Ingesting,
-    Requests,
-    Retries,
-    Summaries,
-)
+from memstream.streams.handlers import IdleWindows, Ingesting
 from memstream.streams.ingest import Incoming, IngestProcessor
 from memstream.streams.publish import Publisher
 from memstream.streams.read_your_writes import OwnWrites, ReadYourWrites, Takeover
+from memstream.streams.worker import Handlers
 
 R = TypeVar("R", bound=Record)
 Progress = Callable[[str, int, int], None]  # (topic, records handled, records published on it)
@@ -156,42 +149,35 @@ class InProcess:
     ) -> None:
         self.clock = Clock(time.time())  # turns are validated against it, as against a worker's
         self.topics = Topics(self.clock)
-        self.batch_size = batch_size or settings.batch_size
+        self.batch_size = batch_size or settings.worker.batch_size
         self.processor = IngestProcessor(settings, embedder, shards, self.clock)
-        c = consolidation or build_consolidation(settings, embedder, self.processor.theta_sim)
         own = OwnWrites(sleep=self._index_meanwhile, clock=self.clock)
-        barrier = ReadYourWrites(Takeover(settings, settings.topic(MEMORY_UPDATES.name)), own)
+        barrier = ReadYourWrites(Takeover(settings, settings.kafka.topic(MEMORY_UPDATES.name)), own)
         self.publish = Publisher(self.topics.send, own)
-        step = Consolidating(
-            shards.get,
-            barrier,
-            no_one_gone,
-            lambda: False,
-            self.clock,
-            settings.defer_retry_s,
-            self.clock.sleep,
-        )
         window_states: dict[bytes, Any] = {}
         self.idle = IdleWindows(window_states, lambda _: PARTITION, self.processor.idle_close, self.clock)
         self.ingesting = Ingesting(
             self.processor.process, window_states, no_one_gone, self.idle.saved, self.clock.sleep
         )
-        requests = Requests(step, c.recurrence.handle)
-        summaries = Summaries(step, c.tree.handle, {}, self.publish, settings.durative_delay_s)
-        retries = Retries(step, c.tree.durative)
-        self.indexing = Indexing(c.indexer.apply, shards.get, no_one_gone, self.clock, self.clock.sleep)
-
-        async def request(r: Incoming) -> None:
-            await self.publish(await requests.request(r))
-
-        async def deferred(r: Incoming) -> None:
-            await self.publish(await retries.deferred(r))
-
+        # The worker's own factory, with in-memory parts: the same handlers as streams/app.py's roles.
+        handlers = Handlers(
+            consolidation or build_consolidation(settings, embedder, self.processor.theta_sim),
+            settings.consolidation,
+            shards.get,
+            barrier,
+            no_one_gone,
+            lambda: False,
+            self.clock,
+            self.publish,
+            self.clock.sleep,
+        )
+        consolidators = handlers.consolidators({})
+        self.indexing = handlers.indexing()
         # The agents that take one record at a time, in the order their topics are drained.
         self.agents: dict[TopicSpec, Callable[[Incoming], Awaitable[None]]] = {
-            CONSOLIDATION: request,
-            WINDOWS: summaries.window,
-            DEFERRED: deferred,
+            CONSOLIDATION: consolidators.request,
+            WINDOWS: consolidators.window,
+            DEFERRED: consolidators.deferred,
         }
         self.last_ingest = self.clock()
 

@@ -9,7 +9,7 @@ import faust
 from faust.types import TP, EventT
 
 from memstream.adapters import metrics
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import KafkaSettings
 from memstream.schemas.topics import ALL_TOPICS, TURNS
 
 
@@ -17,12 +17,12 @@ class Partitions:
     """The partitions of one worker's consumer (``app.consumer``), read when asked: the app need not
     have started when this is built."""
 
-    def __init__(self, app: faust.App, settings: Settings, clock: Callable[[], float], idle_close_s: float):
+    def __init__(self, app: faust.App, kafka: KafkaSettings, clock: Callable[[], float], idle_close_s: float):
         self.app = app
         self.clock = clock
         self.idle_close_s = idle_close_s
-        self.turns = settings.topic(TURNS.name)
-        self.data_topics = {settings.topic(spec.name) for spec in ALL_TOPICS}
+        self.turns = kafka.topic(TURNS.name)
+        self.data_topics = {kafka.topic(spec.name) for spec in ALL_TOPICS}
         # Partitions whose store this worker holds: those of any data topic it is assigned (a worker may
         # run only some of the roles). Kept here rather than read from the consumer, which still lists
         # revoked partitions until the next assignment: opening one of their stores then (a gateway

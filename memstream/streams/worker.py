@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from faust.types import TP
 
 from memstream.adapters import metrics
 from memstream.adapters.kafka import track_topics
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import ConsolidationSettings, Settings
 from memstream.adapters.store.shards import Shards
 from memstream.consumers import Consolidation
 from memstream.core.embedder import Embedder
@@ -32,7 +32,19 @@ from memstream.embedded_store.read_leases import ReadLeases
 from memstream.schemas.topics import MEMORY_UPDATES, TopicSpec
 from memstream.streams.consumer import RewindingConsumer, TansuConsumer
 from memstream.streams.faust_adapter import ReadOffsets, faust_settings, on_rebalance
-from memstream.streams.ingest import IngestProcessor
+from memstream.streams.handlers import (
+    Clock,
+    Consolidating,
+    Gone,
+    Indexing,
+    Publish,
+    Requests,
+    Retries,
+    Sleep,
+    StoreOf,
+    Summaries,
+)
+from memstream.streams.ingest import Incoming, IngestProcessor
 from memstream.streams.pages import Readiness, add_pages
 from memstream.streams.partitions import Partitions
 from memstream.streams.publish import Publisher
@@ -61,6 +73,64 @@ class Tables:
         return [t for t in (self.window_state, self.tree_state) if t is not None]
 
 
+@dataclass(frozen=True)
+class Consolidators:
+    """The consolidate role's handlers; ``request``, ``window`` and ``deferred`` are what its
+    agents run on each record of their topic."""
+
+    requests: Requests
+    summaries: Summaries
+    retries: Retries
+    publish: Publish
+
+    async def request(self, r: Incoming) -> None:
+        await self.publish(await self.requests.request(r))
+
+    async def window(self, r: Incoming) -> None:
+        await self.summaries.window(r)  # publishes what it decided itself, before saving its state
+
+    async def deferred(self, r: Incoming) -> None:
+        await self.publish(await self.retries.deferred(r))
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """Builds the consolidate and index roles' handlers from what they share, for a worker
+    (``Worker.handlers``) and for the in-process pipeline (streams/offline.py) alike: the two
+    pipelines run handlers made in this one place."""
+
+    consolidation: Consolidation
+    config: ConsolidationSettings
+    store_of: StoreOf
+    barrier: ReadYourWrites
+    gone: Gone
+    interrupted: Callable[[], bool]
+    clock: Clock
+    publish: Publish
+    sleep: Sleep = asyncio.sleep
+
+    def consolidators(self, tree_state: MutableMapping[bytes, Any]) -> Consolidators:
+        step = Consolidating(
+            self.store_of,
+            self.barrier,
+            self.gone,
+            self.interrupted,
+            self.clock,
+            self.config.defer_retry_s,
+            self.sleep,
+        )
+        tree = self.consolidation.tree
+        return Consolidators(
+            Requests(step, self.consolidation.recurrence.handle),
+            Summaries(step, tree.handle, tree_state, self.publish, self.config.durative_delay_s),
+            Retries(step, tree.durative),
+            self.publish,
+        )
+
+    def indexing(self) -> Indexing:
+        return Indexing(self.consolidation.indexer.apply, self.store_of, self.gone, self.clock, self.sleep)
+
+
 class Worker:
     """One worker process. Built before the app starts: its partitions, tables and timers are read and
     run once faust has started it."""
@@ -75,13 +145,12 @@ class Worker:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.roles = frozenset(settings.roles)
+        self.roles = frozenset(settings.worker.roles)
         self.embedder = embedder
         self.shards = shards
         self.processor = processor
-        self.consolidation = consolidation
         self.clock = clock
-        self.idle_close = timedelta(seconds=settings.idle_close_s)
+        self.idle_close = timedelta(seconds=settings.windows.idle_close_s)
         self.app = _faust_app(settings)
         self.tables = Tables(
             self._user_table("window-state"),
@@ -91,11 +160,23 @@ class Worker:
         # An ingest batch, the erase of a deleted user and the idle timer never interleave: a batch
         # either sees the user forgotten, or ran before the erase; window states read stay current.
         self.writing = asyncio.Lock()
-        self.barrier = ReadYourWrites(Takeover(settings, settings.topic(MEMORY_UPDATES.name)), OwnWrites())
+        self.barrier = ReadYourWrites(
+            Takeover(settings, settings.kafka.topic(MEMORY_UPDATES.name)), OwnWrites()
+        )
         self.publish = Publisher(self._send, self.barrier.own)
-        self.partitions = Partitions(self.app, settings, clock, self.idle_close.total_seconds())
+        self.handlers = Handlers(
+            consolidation,
+            settings.consolidation,
+            self.store_of,
+            self.barrier,
+            self.gone,
+            self.interrupted,
+            clock,
+            self.publish,
+        )
+        self.partitions = Partitions(self.app, settings.kafka, clock, self.idle_close.total_seconds())
         self.readiness = Readiness()
-        self.leases = ReadLeases(settings.worker_recall_concurrency)
+        self.leases = ReadLeases(settings.worker.worker_recall_concurrency)
         self._wire()
 
     # ---- what the handlers take -----------------------------------------------------------------
@@ -111,12 +192,12 @@ class Worker:
 
     def topic(self, spec: TopicSpec) -> faust.TopicT:
         return self.app.topic(
-            self.settings.topic(spec.name),
+            self.settings.kafka.topic(spec.name),
             key_type=bytes,
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
-            partitions=self.settings.topic_partitions,
+            partitions=self.settings.kafka.topic_partitions,
         )
 
     def status(self, partitions: Iterable[int]) -> dict[str, Any]:
@@ -128,7 +209,7 @@ class Worker:
             "config": {
                 "embedder": self.embedder.name,
                 "theta_sim": self.processor.theta_sim,
-                "theta_count": self.settings.theta_count,
+                "theta_count": self.settings.consolidation.theta_count,
             },
             "units_in_store": sum(s.count(UNITS) for s in stores.values()),
             **metrics.snapshot(),
@@ -141,14 +222,16 @@ class Worker:
         return self.app.Table(
             name,
             default=None,
-            partitions=self.settings.topic_partitions,
+            partitions=self.settings.kafka.topic_partitions,
             key_type=bytes,
             value_type=None,  # JSON
             use_partitioner=True,
         )
 
     def _send(self, name: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
-        return self.app.producer.send(self.settings.topic(name), key, value, None, None, headers or None)
+        return self.app.producer.send(
+            self.settings.kafka.topic(name), key, value, None, None, headers or None
+        )
 
     def _wire(self) -> None:
         """Rebalance hooks, timers and pages."""
@@ -189,10 +272,10 @@ class Worker:
 
 
 def _faust_app(settings: Settings) -> faust.App:
-    app = faust.App(settings.app_id, monitor=ReadOffsets(), **faust_settings(settings))
+    app = faust.App(settings.kafka.app_id, monitor=ReadOffsets(), **faust_settings(settings))
     # faust takes the consumer class from its transport (streams/consumer.py: no skipped records;
     # short fetch waits against Tansu). faust types it a ClassVar, but set on this app's transport
     # instance it leaves other apps in the process (tests) alone.
-    app.transport.Consumer = TansuConsumer if settings.tansu_quirks else RewindingConsumer  # type: ignore[misc]
+    app.transport.Consumer = TansuConsumer if settings.kafka.tansu_quirks else RewindingConsumer  # type: ignore[misc]
     use_changelog_recovery(app)  # a database ahead of its changelog is emptied, not fatal
     return app

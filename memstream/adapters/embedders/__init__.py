@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from memstream.core.embedder import Embedder, Vectors
 
 if TYPE_CHECKING:
-    from memstream.adapters.settings import Settings
+    from memstream.adapters.settings import EmbeddingSettings
 
 __all__ = ["Embedder", "Vectors", "make_embedder"]
 
 
-def make_embedder(settings: Settings) -> Embedder:
+def make_embedder(settings: EmbeddingSettings) -> Embedder:
     """The embedder ``settings.embedder`` names, configured from the settings."""
     if settings.embedder == "hash":
         from memstream.adapters.embedders.hashing import HashingEmbedder

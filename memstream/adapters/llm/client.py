@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from memstream.adapters import metrics
 from memstream.adapters.llm.answer import json_object_text
 from memstream.adapters.llm.budget import BudgetExhausted, LLMError, TokenBudget
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import LlmSettings
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -95,7 +95,7 @@ class StageConfig:
     temperature: float
 
 
-def stage_config(settings: Settings, stage: str) -> StageConfig:
+def stage_config(settings: LlmSettings, stage: str) -> StageConfig:
     """The settings for one stage: ``settings.llm_stages[stage]`` over the ``llm_*`` defaults."""
     overrides = settings.llm_stages.get(stage, {})
     unknown = set(overrides) - _OVERRIDE_KEYS
@@ -207,7 +207,7 @@ class LLMClient:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: LlmSettings,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: Callable[[], float] = random.random,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from memstream.core.store import CollectionSpec, VectorStore
 
 if TYPE_CHECKING:
-    from memstream.adapters.settings import Settings
+    from memstream.adapters.settings import StorageSettings
 
 
 class Shards(Protocol):
@@ -123,7 +123,7 @@ class EdgeShards:
         self.release(list(self._stores))
 
 
-def open_shards(settings: Settings, specs: Sequence[CollectionSpec]) -> Shards:
+def open_shards(settings: StorageSettings, specs: Sequence[CollectionSpec]) -> Shards:
     """The configured store, per partition, with ``specs`` ensured in each."""
     if settings.store == "edge":
         return EdgeShards(settings.data_dir / "store", specs)

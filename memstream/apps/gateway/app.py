@@ -43,11 +43,11 @@ def create_app(settings: Settings) -> FastAPI:
         description="Long-term memory for agents: ingest turns, recall time-aware hierarchical memory, "
         "answer with dates, agent tools, live updates. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
-        max_body_size=settings.max_request_bytes,  # 413, chunked bodies included
+        max_body_size=settings.gateway.max_request_bytes,  # 413, chunked bodies included
         responses=errors.RESPONSES,
         exception_handlers=errors.HANDLERS,
     )
-    app.add_middleware(Gate, admission=Admission.of(settings))
+    app.add_middleware(Gate, admission=Admission.of(settings.gateway))
     app.include_router(ingest.router)  # POST /v1/turns, GET a stored turn
     app.include_router(recall.router)  # recall, answer, the memory tree, live updates (SSE)
     app.include_router(tools.router)  # the agent tools

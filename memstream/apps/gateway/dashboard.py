@@ -42,7 +42,9 @@ async def _worker_metrics(client: httpx.AsyncClient, url: str) -> list[Sample] |
 def dashboard_router(settings: Settings) -> APIRouter:
     router = APIRouter(tags=["ops"])
     page = files("memstream.apps.gateway").joinpath("dashboard.html").read_text(encoding="utf-8")
-    urls = worker_status_urls(settings) if settings.metrics_port or settings.worker_urls else []
+    urls = (
+        worker_status_urls(settings) if settings.worker.metrics_port or settings.gateway.worker_urls else []
+    )
 
     @router.get("/dashboard", response_class=HTMLResponse)
     def get_dashboard() -> HTMLResponse:

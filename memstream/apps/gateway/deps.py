@@ -52,18 +52,20 @@ class Services:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.limits = limits_from(s.max_turn_bytes, s.min_ts, s.max_future_skew_s, s.zone)
+        self.limits = limits_from(
+            s.limits.max_turn_bytes, s.limits.min_ts, s.limits.max_future_skew_s, s.windows.zone
+        )
 
     def store(self, user_key: str) -> VectorStore:
-        return self.shards.get(partition_for(user_key.encode(), self.settings.topic_partitions))
+        return self.shards.get(partition_for(user_key.encode(), self.settings.kafka.topic_partitions))
 
 
 @asynccontextmanager
 async def services(settings: Settings) -> AsyncIterator[Services]:
-    if settings.api_keys is None:
+    if settings.gateway.api_keys is None:
         log.warning("MEMSTREAM_API_KEYS unset: no authentication, every request is tenant %r", DEFAULT_TENANT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per store call otherwise
-    embedder = await asyncio.to_thread(make_embedder, settings)
+    embedder = await asyncio.to_thread(make_embedder, settings.embedding)
     shards = gateway_shards(settings, embedder.dim)
     producer = AIOKafkaProducer(
         **client_kwargs(settings), partitioner=by_key, acks="all", request_timeout_ms=10_000
@@ -71,7 +73,7 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
     await producer.start()
     hub = UpdateHub(settings)
     await hub.start()
-    llm = LLMClient(settings) if settings.llm_base_url else None
+    llm = LLMClient(settings.llm) if settings.llm.llm_base_url else None
     try:
         yield Services(settings, embedder, shards, producer, hub, llm)
     finally:

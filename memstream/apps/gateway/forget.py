@@ -86,22 +86,22 @@ def stored_user_keys(stores: Sequence[VectorStore], tenants: Iterable[str]) -> s
 
 def configured_tenants(settings: Settings) -> list[str]:
     """The tenants of the API keys, or the one tenant of a gateway without keys."""
-    if not settings.api_keys:
+    if not settings.gateway.api_keys:
         return [DEFAULT_TENANT]
-    return sorted(set(parse_keys(settings.api_keys.get_secret_value()).values()))
+    return sorted(set(parse_keys(settings.gateway.api_keys.get_secret_value()).values()))
 
 
 def _shards(settings: Settings) -> Shards:
     # As a gateway reads them: through the workers that own the embedded shards (the pipeline
     # running), or the Qdrant server.
-    return gateway_shards(settings, make_embedder(settings).dim)
+    return gateway_shards(settings, make_embedder(settings.embedding).dim)
 
 
 def list_users(settings: Settings, tenants: Sequence[str], invalid_only: bool) -> list[str]:
     """The stored user keys of ``tenants``, sorted; only those no user route reaches if ``invalid_only``."""
     shards = _shards(settings)
     try:
-        n = settings.topic_partitions
+        n = settings.kafka.topic_partitions
         # The workers' shards open none here (each partition is its owner's): read every partition.
         stores = all_stores(shards, n) or [shards.get(p) for p in range(n)]
         keys = stored_user_keys(stores, tenants)
@@ -117,8 +117,8 @@ async def forget_key(settings: Settings, user_key: str) -> Tombstone:
     producer = AIOKafkaProducer(**client_kwargs(settings), partitioner=by_key, acks="all")
     await producer.start()
     try:
-        store = shards.get(partition_for(user_key.encode(), settings.topic_partitions))
-        return await forget_user(store, producer, settings.topic(TOMBSTONES.name), tenant, user_id)
+        store = shards.get(partition_for(user_key.encode(), settings.kafka.topic_partitions))
+        return await forget_user(store, producer, settings.kafka.topic(TOMBSTONES.name), tenant, user_id)
     finally:
         await producer.stop()
         shards.close()

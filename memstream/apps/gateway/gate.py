@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.adapters import metrics
-from memstream.adapters.settings import Settings
+from memstream.adapters.settings import GatewaySettings
 from memstream.apps.gateway.auth import (
     Bucket,
     digest,
@@ -72,7 +72,7 @@ class Admission:
     body_timeout_s: float
 
     @classmethod
-    def of(cls, settings: Settings) -> Admission:
+    def of(cls, settings: GatewaySettings) -> Admission:
         keys = parse_keys(settings.api_keys.get_secret_value()) if settings.api_keys else None
         return cls(
             keys,

@@ -13,14 +13,15 @@ from memstream.embedded_store.remote_store import OwnerShards
 def gateway_shards(settings: Settings, dim: int) -> Shards:
     """The stores as a process that owns no partition reads them: the Qdrant server directly, or
     each embedded partition through the worker that holds it."""
-    if settings.store == "qdrant":
-        return open_shards(settings, [units_spec(dim), views_spec(dim), memories_spec(dim)])
-    token = settings.internal_token
+    if settings.storage.store == "qdrant":
+        return open_shards(settings.storage, [units_spec(dim), views_spec(dim), memories_spec(dim)])
+    token = settings.worker.internal_token
     return OwnerShards(worker_status_urls(settings), token.get_secret_value() if token else None)
 
 
 def worker_status_urls(settings: Settings) -> list[str]:
     """Each worker's status port: MEMSTREAM_WORKER_URLS, else the ports `memstream up` gives them."""
-    return settings.worker_urls or [
-        f"http://{settings.metrics_host}:{settings.metrics_port + i}" for i in range(settings.workers)
+    return settings.gateway.worker_urls or [
+        f"http://{settings.worker.metrics_host}:{settings.worker.metrics_port + i}"
+        for i in range(settings.worker.workers)
     ]

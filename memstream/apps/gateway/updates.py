@@ -98,8 +98,8 @@ class UpdateHub:
                 queue.put_nowait(None)
 
     async def _run(self) -> None:
-        topic = self._settings.topic(MEMORY_UPDATES.name)
-        stones = self._settings.topic(TOMBSTONES.name)
+        topic = self._settings.kafka.topic(MEMORY_UPDATES.name)
+        stones = self._settings.kafka.topic(TOMBSTONES.name)
         while True:
             consumer = AIOKafkaConsumer(**client_kwargs(self._settings), enable_auto_commit=False)
             try:
@@ -114,7 +114,7 @@ class UpdateHub:
                 parts = [
                     TopicPartition(t, p)
                     for t in (topic, stones)
-                    for p in range(self._settings.topic_partitions)
+                    for p in range(self._settings.kafka.topic_partitions)
                 ]
                 consumer.assign(parts)
                 await consumer.seek_to_end(*parts)
@@ -153,7 +153,7 @@ class UpdateHub:
         (events, partition, end). Events start with a ``reset`` when that is further back than
         the topic keeps or than RESUME_WINDOW records."""
         partition, offset = after
-        tp = TopicPartition(self._settings.topic(MEMORY_UPDATES.name), partition)
+        tp = TopicPartition(self._settings.kafka.topic(MEMORY_UPDATES.name), partition)
         consumer = AIOKafkaConsumer(**client_kwargs(self._settings), enable_auto_commit=False)
         await consumer.start()
         try:

@@ -51,7 +51,7 @@ async def post_turns(
     else:
         incoming = body.turns if isinstance(body, TurnBatch) else [body]
     turns = [_owned_turn(t, i, tenant, svc.limits) for i, t in enumerate(incoming)]
-    topic = svc.settings.topic(TURNS.name)
+    topic = svc.settings.kafka.topic(TURNS.name)
     # A retried messages body has new default times, so its turns differ from the stored
     # ones: those already stored are answered with their stored hash rather than sent again.
     stored = await run_in_threadpool(_stored_hashes, svc, turns) if isinstance(body, MessagesIn) else {}

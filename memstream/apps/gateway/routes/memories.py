@@ -67,7 +67,7 @@ async def delete_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> MemoryDele
     update = MemoryUpdate(
         op=MemoryOp.DELETE, memory_id=memory.memory_id, tenant=memory.tenant, user_id=memory.user_id
     )
-    topic = svc.settings.topic(MEMORY_UPDATES.name)
+    topic = svc.settings.kafka.topic(MEMORY_UPDATES.name)
     try:
         with svc.drain.admit():
             send = svc.producer.send_and_wait(topic, update.to_bytes(), key=memory.key.encode())
@@ -80,7 +80,7 @@ async def delete_memory(memory_id: UUID, tenant: Tenant, svc: Svc) -> MemoryDele
 def _memory_of(svc: Services, tenant: str, memory_id: UUID) -> Memory:
     """The tenant's memory of this id, looked for in every partition's store (an id names no
     user, so no partition); 404 when none of the tenant's has it."""
-    for p in range(svc.settings.topic_partitions):
+    for p in range(svc.settings.kafka.topic_partitions):
         for hit in svc.shards.get(p).retrieve(MEMORIES, [str(memory_id)]):
             memory = memory_from_payload(hit.payload)
             if memory.tenant == tenant:

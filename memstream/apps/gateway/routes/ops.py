@@ -38,7 +38,7 @@ async def readyz(svc: Svc) -> JSONResponse:
     if not svc.hub.ready.is_set():
         problems.append("memory.updates consumer not started")
     probe = Filter(equals={USER_FIELD: "readyz/probe"})
-    for p in range(svc.settings.topic_partitions):
+    for p in range(svc.settings.kafka.topic_partitions):
         try:
             await asyncio.wait_for(run_in_threadpool(svc.shards.get(p).count, UNITS, probe), 3.0)
         except (StoreUnavailable, TimeoutError) as exc:

@@ -51,7 +51,7 @@ async def post_answer(body: RecallRequest, tenant: Tenant, svc: Svc) -> AnswerRe
         return AnswerResponse(answer=None, answered_by=None, note=note, recall=recalled)
     now = body.now or datetime.now(UTC)
     messages = ANSWER.messages(
-        now=now.astimezone(svc.settings.zone).strftime("%A %d %B %Y %H:%M %Z"),
+        now=now.astimezone(svc.settings.windows.zone).strftime("%A %d %B %Y %H:%M %Z"),
         question=body.query,
         context=recalled.context or "(no memories)",
     )
@@ -166,7 +166,7 @@ def _recall_response(svc: Services, tenant: str, body: RecallRequest) -> RecallR
         query=body.query,
         now=body.now or datetime.now(UTC),
         budget_tokens=body.budget_tokens,
-        zone=svc.settings.default_timezone,
+        zone=svc.settings.windows.default_timezone,
         levels=None if body.levels is None else tuple(body.levels),
     )
     result: Recalled = recall_at(svc.store(key), svc.embedder, ask)

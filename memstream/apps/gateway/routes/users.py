@@ -40,7 +40,7 @@ async def delete_user(user_id: UserId, tenant: Tenant, svc: Svc) -> DeleteResult
     """Forget a user: every unit and memory of theirs, in every collection; a tombstone is
     recorded on the ``tombstones`` topic. Returns what was deleted."""
     store = svc.store(partition_key(tenant, user_id))
-    stone = await forget_user(store, svc.producer, svc.settings.topic(TOMBSTONES.name), tenant, user_id)
+    stone = await forget_user(store, svc.producer, svc.settings.kafka.topic(TOMBSTONES.name), tenant, user_id)
     metrics.USERS_DELETED.labels(tenant).inc()
     return DeleteResult(
         tenant=tenant,
