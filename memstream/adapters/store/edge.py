@@ -130,7 +130,7 @@ class EdgeStore:
         if points:
             coll = self._collection(collection)
             edge_points = [EdgePoint(p.id, _vectors(p, coll.sparse, coll.multi), p.payload) for p in points]
-            self._shard(collection).update(UpdateOperation.upsert_points(edge_points))
+            coll.shard.update(UpdateOperation.upsert_points(edge_points))
 
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
         if not ids:
