@@ -107,9 +107,9 @@ DEFAULT = RecallConfig(
     # Off: a brief was the sentence whose view the approximate search of the views found nearest, and
     # that search differed with how a partition's store was written, so one worker and two gave
     # different recalls of the same memory (tests/test_replicas.py); it is exact now (the sentence rows
-    # of the activated units, engine._nearest_sentences) but not measured again. On, LoCoMo dev
-    # (bench/RESULTS.md, "Recall without repeats"): answer recall +0.9 at 500 tokens and +1.0 at 250,
-    # text unchanged.
+    # of the activated units, engine._nearest_sentences). On, LoCoMo dev (bench/RESULTS.md, "Recall
+    # without repeats"): answer recall +0.9 at 500 tokens and +1.0 at 250, text unchanged, on the default
+    # of then; on today's default, nothing moves at 250, 500 or 1000 (bench/RESULTS.md, 2026-11-27).
     briefs=False,
     # A question that names a speaker is mostly answered by that speaker's own turns (LoCoMo dev, questions
     # naming one speaker: 79 % of their evidence turns against 65 % of the units returned at 500 tokens).
