@@ -6,7 +6,7 @@ of the hot path on a shared machine, where wall-clock turns/s moves with the nei
 The processor alone (as bench/ingest.py's processor-only figure: no broker, no faust), hash embedder,
 ``--turns`` generated turns (200 users) in batches of ``MEMSTREAM_BATCH_SIZE``, a fixed wall clock.
 ``cpu_us_per_turn`` is ``time.process_time()`` over the run (every thread: the embedder's too) per turn.
-``digest`` hashes every stored unit and view (id, payload, vector) and every batch's results (requests,
+``digest`` hashes every stored unit and view point (id, payload, vectors) and every batch's results (requests,
 closed windows, window state): two versions that store the same things print the same digest.
 """
 
@@ -73,10 +73,12 @@ def run(turns: int, data_dir: Path) -> dict[str, Any]:
 
 def _digest_collection(store: VectorStore, name: str, digest: Any) -> int:
     hits = sorted(scroll_all(store, name), key=lambda h: h.id)
-    vectors = {h.id: h.vector for h in store.retrieve(name, [h.id for h in hits], with_vectors=True)}
+    vectors = {h.id: h for h in store.retrieve(name, [h.id for h in hits], with_vectors=True)}
     for h in hits:
         digest.update(orjson.dumps([h.id, h.payload], option=orjson.OPT_SORT_KEYS))
-        digest.update(np.asarray(vectors[h.id], dtype=np.float32).tobytes())
+        digest.update(np.asarray(vectors[h.id].vector, dtype=np.float32).tobytes())
+        if vectors[h.id].multi is not None:
+            digest.update(np.asarray(vectors[h.id].multi, dtype=np.float32).tobytes())
     return len(hits)
 
 

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from memstream.adapters.store.edge import EdgeStore
 from memstream.core.lexical import encode_document
 from memstream.core.store import CollectionSpec, Filter, Point, search
-from memstream.core.unit_views import view_points, views_spec
+from memstream.core.unit_views import view_point, views_spec
 from memstream.core.units import USER_FIELD, build_unit, unit_payload, units_spec
 from memstream.schemas.events import Message, Turn
 
@@ -56,8 +56,8 @@ def points_of(
             Point(u.unit_id, vectors[i], unit_payload(u), encode_document(u.text))
             for i, u in enumerate(units)
         ]
-    # One view a unit (its context view) so that the point count is --points.
-    return views_spec(dim), [view_points(u, [], vectors[i])[0] for i, u in enumerate(units)]
+    # One view point a unit, as a one-sentence unit's: its vector as its context and its one sentence.
+    return views_spec(dim), [view_point(u, vectors[i : i + 1], vectors[i]) for i, u in enumerate(units)]
 
 
 def turns(n: int, users: int) -> list[Turn]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.store import points_of, run
-from memstream.core.unit_views import CONTEXT, UNIT_VIEWS, VIEW_FIELD
+from memstream.core.unit_views import UNIT_VIEWS
 from memstream.core.units import UNITS, USER_FIELD, unit_from_payload
 
 
@@ -27,7 +27,10 @@ def test_points_of_each_layout_spread_over_the_users(collection: str) -> None:
         assert all(p.sparse is not None and len(p.sparse.indices) > 0 for p in points)
         assert all(unit_from_payload(p.payload).unit_id == p.id for p in points)  # real unit payloads
     elif collection == "unit_views":
-        assert spec.name == UNIT_VIEWS and all(p.payload[VIEW_FIELD] == CONTEXT for p in points)
+        assert spec.name == UNIT_VIEWS and spec.multivector is not None
+        assert all(
+            p.multi is not None and np.array_equal(p.multi, vectors[i : i + 1]) for i, p in enumerate(points)
+        )
     else:
         assert spec.sparse_vector is None and all(p.sparse is None for p in points)
 

@@ -202,7 +202,7 @@ def test_recall_makes_a_bounded_number_of_store_calls(store: VectorStore) -> Non
         ),
     )
     assert result.items
-    # units; their sentence and context views; episodes, facts and sessions: each one batch
+    # units; their view points (by context and by sentences); episodes, facts and sessions: each one batch
     assert counting.calls["search_many"] == 3
     assert counting.calls["scroll"] <= DEFAULT.max_session_lookups
     assert counting.calls["retrieve"] <= 4  # one per tree level above the sessions
@@ -227,7 +227,8 @@ def test_recall_of_leaves_alone_looks_up_no_tree_node(store: VectorStore) -> Non
     )
     assert result.items and {i.level for i, _ in result.items} == {1}
     assert set(counting.calls) == {"search_many"}
-    assert sorted(searched) == ["episode", "fact", "unit_views", "units"]  # no "session"
+    # the view points twice (by context, by sentences), in one batch; no "session"
+    assert sorted(searched) == ["episode", "fact", "unit_views", "unit_views", "units"]
 
 
 def _now() -> datetime:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -480,6 +481,69 @@ def test_edge_reopens_a_dense_only_shard_under_a_sparse_spec(
     mine = Filter(equals={"user": "a"})
     hits = store.search_many("old", [lexical_query(query, mine, "zanzibar")])[0]
     assert [h.id for h in hits] == [h.id for h in search(store, "old", query, 5, mine)]
+    store.close()
+
+
+# --- multivectors (MaxSim) ----------------------------------------------------------------------
+
+MULTI = CollectionSpec(name="views", dim=DIM, keyword_fields=("user",), multivector="rows")
+
+
+def test_a_multivector_query_scores_each_point_by_its_row_nearest_the_query(store: VectorStore) -> None:
+    """Beside its dense vector a point holds rows (any number); a query naming the multivector scores
+    each point by its best row's cosine, one naming none by the dense vector, with the same filters."""
+    store.ensure_collection(MULTI)
+    rows = rand_vecs(6, seed=11)
+    store.upsert(
+        MULTI.name,
+        [
+            Point(pid(0), unit(0), {"user": "a"}, multi=rows[0:3]),
+            Point(pid(1), unit(1), {"user": "a"}, multi=rows[3:4]),
+            Point(pid(2), unit(2), {"user": "b"}, multi=rows[4:6]),
+        ],
+    )
+    query = rows[3] + 0.2 * rows[1]
+    mine = Filter(equals={"user": "a"})
+    by_rows, by_dense = store.search_many(
+        MULTI.name,
+        [SearchQuery(query, 5, mine, with_payload=False, using="rows"), SearchQuery(unit(1), 5, mine)],
+    )
+    expected = {pid(0): max(cosine(r, query) for r in rows[0:3]), pid(1): cosine(rows[3], query)}
+    assert [h.id for h in by_rows] == sorted(expected, key=lambda i: -expected[i])
+    assert {h.id: h.score for h in by_rows} == pytest.approx(expected, abs=1e-5)
+    assert [(h.id, round(h.score, 5)) for h in by_dense] == [(pid(1), 1.0), (pid(0), 0.0)]
+
+
+def test_retrieve_with_vectors_returns_a_points_rows(store: VectorStore) -> None:
+    """In stored order, at unit length; none without ``with_vectors`` or in a collection without rows."""
+    store.ensure_collection(MULTI)
+    rows = rand_vecs(3, seed=12)
+    store.upsert(MULTI.name, [Point(pid(0), unit(0), {"user": "a"}, multi=rows)])
+    (hit,) = store.retrieve(MULTI.name, [pid(0)], with_vectors=True)
+    assert hit.multi is not None and hit.multi.dtype == np.float32
+    np.testing.assert_allclose(hit.multi, rows / np.linalg.norm(rows, axis=1, keepdims=True), atol=1e-6)
+    assert hit.vector is not None and hit.vector == pytest.approx(unit(0), abs=1e-6)
+    assert store.retrieve(MULTI.name, [pid(0)])[0].multi is None
+    store.upsert(SPEC.name, [Point(pid(1), unit(1), {"user": "a"})])
+    assert store.retrieve(SPEC.name, [pid(1)], with_vectors=True)[0].multi is None
+
+
+def test_a_collection_made_without_its_multivector_is_a_clear_error(store: VectorStore) -> None:
+    """A collection made by an older layout (no rows) cannot take them in place: the error says what to do."""
+    store.ensure_collection(DENSE_ONLY)
+    with pytest.raises(ValueError, match=r"made without its 'rows' multivector.*delete"):
+        store.ensure_collection(replace(DENSE_ONLY, multivector="rows"))
+
+
+def test_edge_reopens_a_shard_made_without_its_multivector_as_a_clear_error(tmp_path: Path) -> None:
+    old = EdgeStore(tmp_path)
+    old.ensure_collection(DENSE_ONLY)
+    old.close()
+    store = EdgeStore(tmp_path)
+    where = re.escape(str(tmp_path / "old"))
+    with pytest.raises(ValueError, match=f"{where} was made without its 'rows' multivector.*delete"):
+        store.ensure_collection(replace(DENSE_ONLY, multivector="rows"))
+    store.ensure_collection(DENSE_ONLY)  # left as it was
     store.close()
 
 

@@ -26,16 +26,7 @@ from memstream.core.memories import memories_spec
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.engine import Ask, recall
 from memstream.core.store import Filter, VectorStore
-from memstream.core.unit_views import (
-    CONTEXT,
-    OF_FIELD,
-    SENTENCE,
-    UNIT_VIEWS,
-    VIEW_FIELD,
-    context_vector,
-    sentence_texts,
-    views_spec,
-)
+from memstream.core.unit_views import UNIT_VIEWS, context_vector, sentence_texts, views_spec
 from memstream.core.units import UNITS, USER_FIELD, units_spec
 from memstream.schemas.events import Turn
 from memstream.streams.ingest import Incoming, IngestProcessor
@@ -43,6 +34,7 @@ from tests.test_recall_engine import _store_of
 
 EMBEDDER = HashingEmbedder(384)
 Vector = npt.NDArray[np.float32]
+SENTENCE, CONTEXT = "sentence", "context"
 
 
 def test_sentence_texts_label_each_sentence_and_keep_a_one_sentence_unit_whole() -> None:
@@ -80,14 +72,16 @@ def _ingest(tmp: Path, turns: list[Turn], batch: int) -> EdgeShards:
 
 
 def _views(store: VectorStore) -> dict[tuple[str, str], list[Vector]]:
-    """(unit id, view) -> that unit's view vectors, in stored-id order."""
+    """(unit id, SENTENCE or CONTEXT) -> that unit's sentence rows, or its context vector: one view point a
+    unit, with the unit's id and only its user and tenant in its payload."""
     hits = scroll_all(store, UNIT_VIEWS)
-    vectors = {h.id: h.vector for h in store.retrieve(UNIT_VIEWS, [h.id for h in hits], with_vectors=True)}
     out: dict[tuple[str, str], list[Vector]] = {}
-    for h in sorted(hits, key=lambda h: h.id):
-        vector = vectors[h.id]
-        assert vector is not None
-        out.setdefault((h.payload[OF_FIELD], h.payload[VIEW_FIELD]), []).append(vector)
+    for h in store.retrieve(UNIT_VIEWS, [h.id for h in hits], with_vectors=True):
+        assert h.vector is not None and h.multi is not None
+        assert h.payload.keys() == {USER_FIELD, "tenant"}
+        out[(h.id, CONTEXT)] = [h.vector]
+        out[(h.id, SENTENCE)] = list(h.multi)
+    assert len(out) == 2 * len(hits)
     return out
 
 
@@ -133,7 +127,7 @@ def test_ingest_stores_the_same_views_whatever_the_batching(tmp_path: Path) -> N
 
     user = turns[0].key
     counts = erase_user(whole.get(0), user, [UNITS, UNIT_VIEWS])
-    assert counts[1] > counts[0] > 0  # views carry the user key: forgetting a user takes them too
+    assert counts[1] == counts[0] > 0  # views carry the user key: forgetting a user takes them too
     assert whole.get(0).count(UNIT_VIEWS, Filter(equals={USER_FIELD: user})) == 0
     whole.close()
     single.close()
@@ -181,8 +175,8 @@ def test_recall_mixes_a_units_turn_sentence_and_context_cosines(tmp_path: Path) 
         {f"turn-{i}": float(turns[i] @ q) for i in range(3)}, abs=1e-5
     )
 
-    # Views beyond the hits asked for score the last hit's cosine, an upper bound of their own: with one
-    # view fetched, every unit's missing views score as the best view of all.
+    # Units beyond the hits asked for score the last hit's cosine, an upper bound of their own: with one
+    # unit fetched by context and one by sentences, every other unit scores as the best of each.
     views = EMBEDDER.embed([s for t in TEXTS for s in sentence_texts(f"Anna: {t}")])
     contexts = [context_vector(turns[i], turns[i - 1] if i else None) for i in range(3)]
     top = max(float(np.max(views @ q)), max(float(c @ q) for c in contexts))
@@ -197,8 +191,8 @@ def test_recall_mixes_a_units_turn_sentence_and_context_cosines(tmp_path: Path) 
 def test_a_unit_of_several_sentences_carries_its_sentence_nearest_the_query_as_its_brief(
     tmp_path: Path,
 ) -> None:
-    """The brief is the sentence whose view the search found nearest the query; one-sentence units
-    have none, and neither does any unit when ``briefs`` is off."""
+    """The brief is the unit's sentence nearest the query (from its stored sentence rows); one-sentence
+    units have none, and neither does any unit when ``briefs`` is off."""
     shards = _store_of(tmp_path, TEXTS)
     store = shards.get(0)
     q = EMBEDDER.embed([QUERY])[0]

@@ -10,6 +10,11 @@ its dense cosine. A collection created without the sparse vector keeps answering
 sparse vectors are dropped on upsert and sparse queries are ignored (Qdrant Edge will not open a
 shard with a vector its segments lack; rebuilding the collection is how an old store gets one:
 docs/memory-model.md).
+
+Multivectors: a collection whose spec names a ``multivector`` holds, besides each point's dense vector,
+a set of vectors (``Point.multi``, one row each) compared MaxSim: a query naming it (``SearchQuery.using``)
+scores a point by its row nearest the query, as a cosine. A point is one item with several sides (a
+unit's sentences) for the price of one point and one payload.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class Point:
     vector: npt.NDArray[np.float32]
     payload: dict[str, Any]
     sparse: SparseVector | None = None  # stored where the collection has a sparse vector
+    # Rows stored as the collection's multivector (``CollectionSpec.multivector``); at least one row there.
+    multi: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Hit:
     # The stored dense vector, only from ``retrieve(..., with_vectors=True)``; None otherwise. Cosine
     # collections store vectors L2-normalised, so it is the upserted vector scaled to unit length.
     vector: npt.NDArray[np.float32] | None = None
+    # Its multivector's rows (L2-normalised), likewise only from ``retrieve(..., with_vectors=True)``.
+    multi: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,8 @@ class SearchQuery:
     # Lexical candidates: the sparse top ``sparse_limit`` join the dense top ``limit`` (see the module doc).
     sparse: SparseVector | None = None
     sparse_limit: int = 0
+    # The collection's multivector to search instead of its dense vector (None: the dense one).
+    using: str | None = None
 
     def lexical(self) -> SparseVector | None:
         """The sparse query to run, None when there is none (no terms, or no sparse candidates asked)."""
@@ -104,6 +115,7 @@ class CollectionSpec:
     numeric_fields: Sequence[str] = ()  # range indexes (epoch seconds)
     tenant_field: str | None = None  # indexed as the tenant partition where the backend supports it
     sparse_vector: str | None = None  # name of the sparse (lexical, IDF-weighted) vector, None = dense only
+    multivector: str | None = None  # name of the MaxSim multivector beside the dense one, None = none
 
 
 def search(
@@ -129,6 +141,12 @@ def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, p
             return out
 
 
+def multi_of(stored: object, name: str | None) -> npt.NDArray[np.float32] | None:
+    """The multivector ``name`` of a point as Qdrant returns it (a name -> vector mapping); None if absent."""
+    rows = stored.get(name) if name is not None and isinstance(stored, Mapping) else None
+    return np.asarray(rows, dtype=np.float32) if isinstance(rows, list) and rows else None
+
+
 def dense_of(stored: object) -> npt.NDArray[np.float32] | None:
     """The unnamed dense vector of a point as Qdrant returns it (Edge and qdrant-client alike): a
     list of floats, or in a name -> vector mapping under ``""`` beside the sparse vector; None if absent."""
@@ -150,9 +168,16 @@ class StoredPoint(Protocol):
     def vector(self) -> object: ...
 
 
-def hit_of(point: StoredPoint, score: float = 0.0, with_vector: bool = False) -> Hit:
-    """``point`` as a hit: its ``score`` when a search found it, its dense vector when asked for."""
-    return Hit(str(point.id), score, point.payload or {}, dense_of(point.vector) if with_vector else None)
+def hit_of(
+    point: StoredPoint, score: float = 0.0, with_vector: bool = False, multi: str | None = None
+) -> Hit:
+    """``point`` as a hit: its ``score`` when a search found it, its dense vector when asked for, and its
+    multivector ``multi`` when asked for and the collection has one."""
+    if not with_vector:
+        return Hit(str(point.id), score, point.payload or {})
+    return Hit(
+        str(point.id), score, point.payload or {}, dense_of(point.vector), multi_of(point.vector, multi)
+    )
 
 
 def warn_dense_only(collection: str, sparse: str) -> None:
@@ -177,8 +202,8 @@ class VectorStore(Protocol):
     def upsert(self, collection: str, points: Sequence[Point]) -> None: ...
 
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
-        """Points by id (score 0.0) with payload, and with their dense vector where ``with_vectors``;
-        unknown ids are left out."""
+        """Points by id (score 0.0) with payload, and with their dense vector (and multivector, where the
+        collection has one) where ``with_vectors``; unknown ids are left out."""
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         """For each query, the top ``limit`` points by cosine among those matching its filter, plus,

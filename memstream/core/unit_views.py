@@ -2,16 +2,23 @@
 recall can score what one sentence of a long turn says, and what a reply means in its exchange
 ("Yes, since 2016" answers the turn before it). Pure functions, no I/O.
 
-* **sentence** views: one point per sentence of the unit (``Speaker: sentence``; a bracketed aside
-  such as a photo caption is a sentence of its own). A unit of one sentence has one, its whole-turn
-  vector, so it costs the embedder nothing.
-* **context** view: one point, the unit's vector plus the vector of the unit before it in its
-  session, normalised; the unit's own vector when it opens its session. A sum of stored vectors,
-  not a new embedding: on LoCoMo dev it kept most of what embedding the two turns together gave
-  (text recall 85.2 against 86.1 at 1,000 tokens) at no embedding cost (bench/RESULTS.md).
+One point per unit, with the unit's id, holding both:
+
+* its **sentence** vectors, as one multivector (``SENTENCES``, compared MaxSim: a query scores the
+  unit by its sentence nearest the query): one row per sentence of the unit (``Speaker: sentence``; a
+  bracketed aside such as a photo caption is a sentence of its own). A unit of one sentence has one
+  row, its whole-turn vector, so it costs the embedder nothing.
+* its **context** vector, as the point's dense vector: the unit's vector plus the vector of the unit
+  before it in its session, normalised; the unit's own vector when it opens its session. A sum of
+  stored vectors, not a new embedding: on LoCoMo dev it kept most of what embedding the two turns
+  together gave (text recall 85.2 against 86.1 at 1,000 tokens) at no embedding cost (bench/RESULTS.md).
+
+Until 2026-11-27 each sentence and the context were points of their own (3.7 a unit on the bench's
+turns, each with four payload strings): one point a unit, with two, halved what storing the views costs
+(167 -> 90 us a turn) and recalls the same on LoCoMo dev (bench/RESULTS.md).
 
 Recall's dense score of a unit mixes its whole-turn cosine with its best sentence's and its context
-view's (``RecallConfig.sentence_weight`` / ``context_weight``); docs/recall.md.
+vector's (``RecallConfig.sentence_weight`` / ``context_weight``); docs/recall.md.
 """
 
 from __future__ import annotations
@@ -27,15 +34,18 @@ from memstream.core.units import TENANT_FIELD, USER_FIELD
 from memstream.schemas.events import Unit
 
 UNIT_VIEWS = "unit_views"
-VIEW_FIELD = "view"  # SENTENCE or CONTEXT
-OF_FIELD = "unit_id"  # the unit a view belongs to
-SENTENCE = "sentence"
-CONTEXT = "context"
-MAX_SENTENCE_VIEWS = 255  # a view's slot is the last byte of its id; slot 0 is the context view
+SENTENCES = "sentences"  # the multivector of a unit's sentences
+MAX_SENTENCES = 255  # rows of a unit's sentence multivector at most: the first ones
 
 
 def views_spec(dim: int) -> CollectionSpec:
-    return CollectionSpec(name=UNIT_VIEWS, dim=dim, keyword_fields=(USER_FIELD,), tenant_field=TENANT_FIELD)
+    return CollectionSpec(
+        name=UNIT_VIEWS,
+        dim=dim,
+        keyword_fields=(USER_FIELD,),
+        tenant_field=TENANT_FIELD,
+        multivector=SENTENCES,
+    )
 
 
 def sentence_texts(text: str) -> list[str]:
@@ -79,40 +89,9 @@ def context_vector(
     return own if norm == 0.0 else (total / norm).astype(np.float32)
 
 
-def view_points(
-    unit: Unit, sentences: Sequence[npt.NDArray[np.float32]], context: npt.NDArray[np.float32]
-) -> list[Point]:
-    """The unit's view points: its context view, then its sentence vectors (in ``sentence_texts`` order,
-    the first ``MAX_SENTENCE_VIEWS``)."""
-    key, tenant, unit_id = unit.key, unit.tenant, unit.unit_id
-    context_payload = {USER_FIELD: key, TENANT_FIELD: tenant, OF_FIELD: unit_id, VIEW_FIELD: CONTEXT}
-    # One payload for all the unit's sentence views: the store copies a payload when it takes the point.
-    sentence_payload = {USER_FIELD: key, TENANT_FIELD: tenant, OF_FIELD: unit_id, VIEW_FIELD: SENTENCE}
-    points = [Point(view_id(unit_id, 0), context, context_payload)]
-    points += [
-        Point(view_id(unit_id, slot), vector, sentence_payload)
-        for slot, vector in enumerate(sentences[:MAX_SENTENCE_VIEWS], start=1)
-    ]
-    return points
-
-
-def view_id(unit_id: str, slot: int) -> str:
-    """The unit's id with its last byte replaced by the view's slot (0: context, 1-255: sentences):
-    deterministic, so writing a unit's views again replaces them, and readable back without the payload
-    (``unit_prefix``), which a search need not fetch. Two units' views could only meet if their uuid5
-    ids agreed in all their other 114 random bits."""
-    return f"{unit_id[:-2]}{slot:02x}"
-
-
-def unit_prefix(id_: str) -> str:
-    """What a view's id and its unit's id share (all but the last byte)."""
-    return id_[:-2]
-
-
-def view_slot(view: str) -> int:
-    """A view's slot (``view_id``): 0 the context view, from 1 its unit's sentences in order."""
-    return int(view[-2:], 16)
-
-
-def is_context(view: str) -> bool:
-    return view.endswith("00")
+def view_point(unit: Unit, sentences: npt.NDArray[np.float32], context: npt.NDArray[np.float32]) -> Point:
+    """The unit's view point: its context vector, and its sentence vectors (rows in ``sentence_texts``
+    order, the first ``MAX_SENTENCES``) as its multivector. Only the user and tenant in its payload: what
+    recall filters and forgetting deletes by; its id is the unit's."""
+    payload = {USER_FIELD: unit.key, TENANT_FIELD: unit.tenant}
+    return Point(unit.unit_id, context, payload, multi=sentences[:MAX_SENTENCES])

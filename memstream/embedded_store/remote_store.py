@@ -16,7 +16,8 @@ The wire format is JSON (orjson, numpy vectors as arrays); each call names its o
 vector is ``{"indices": [...], "values": [...]}``; a point or query without one omits it, so an older
 peer's requests still read the same. A retrieve asks for the points' dense vectors with
 ``"with_vectors": true`` and gets each as ``"vector"`` (floats); an older worker leaves them out, which
-a caller takes as "not stored".
+a caller takes as "not stored". A point's or hit's multivector is ``"multi"`` (rows of floats), a query's
+multivector to search ``"using"``; each is left out when there is none.
 """
 
 from __future__ import annotations
@@ -73,14 +74,19 @@ def _hit_out(h: Hit) -> dict[str, Any]:
     out: dict[str, Any] = {"id": h.id, "score": h.score, "payload": h.payload}
     if h.vector is not None:
         out["vector"] = h.vector
+    if h.multi is not None:
+        out["multi"] = h.multi
     return out
 
 
 def _hits_in(raw: Sequence[Mapping[str, Any]]) -> list[Hit]:
-    return [Hit(h["id"], h["score"], h["payload"], _vector_in(h.get("vector"))) for h in raw]
+    return [
+        Hit(h["id"], h["score"], h["payload"], _vector_in(h.get("vector")), _vector_in(h.get("multi")))
+        for h in raw
+    ]
 
 
-def _vector_in(raw: Sequence[float] | None) -> npt.NDArray[np.float32] | None:
+def _vector_in(raw: Sequence[Any] | None) -> npt.NDArray[np.float32] | None:
     return None if raw is None else np.asarray(raw, dtype=np.float32)
 
 
@@ -122,7 +128,13 @@ def _ensure(store: VectorStore, req: dict[str, Any]) -> None:
 
 def _upsert(store: VectorStore, req: dict[str, Any]) -> None:
     points = [
-        Point(p["id"], np.asarray(p["vector"], dtype=np.float32), p["payload"], _sparse_in(p.get("sparse")))
+        Point(
+            p["id"],
+            np.asarray(p["vector"], dtype=np.float32),
+            p["payload"],
+            _sparse_in(p.get("sparse")),
+            _vector_in(p.get("multi")),
+        )
         for p in req["points"]
     ]
     store.upsert(req["collection"], points)
@@ -137,6 +149,7 @@ def _search_many(store: VectorStore, req: dict[str, Any]) -> list[list[dict[str,
             _with_payload(q["with_payload"]),
             _sparse_in(q.get("sparse")),
             q.get("sparse_limit", 0),
+            q.get("using"),
         )
         for q in req["queries"]
     ]
@@ -306,6 +319,8 @@ def _point_out(p: Point) -> dict[str, Any]:
     out: dict[str, Any] = {"id": p.id, "vector": p.vector, "payload": p.payload}
     if p.sparse is not None:
         out["sparse"] = _sparse_out(p.sparse)
+    if p.multi is not None:
+        out["multi"] = p.multi
     return out
 
 
@@ -318,6 +333,8 @@ def _query_out(q: SearchQuery) -> dict[str, Any]:
     }
     if q.sparse is not None:
         out |= {"sparse": _sparse_out(q.sparse), "sparse_limit": q.sparse_limit}
+    if q.using is not None:
+        out["using"] = q.using
     return out
 
 

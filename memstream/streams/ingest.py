@@ -1,8 +1,8 @@
 """The ingest processor: one batch of turn records in, stored units and events out.
 
 Per batch: validate -> semantic time -> embed (each unit and its sentences) -> recurrence check ->
-upsert into ``unit_views`` (``memstream.core.unit_views``), then ``units`` -> window tracking. Each
-unit is stored in its partition's store (``memstream.adapters.store.shards``).
+upsert into ``unit_views`` (``memstream.core.unit_views``: one point a unit), then ``units`` -> window
+tracking. Each unit is stored in its partition's store (``memstream.adapters.store.shards``).
 It is independent of faust (the topology in ``memstream.streams.app`` feeds it), so tests and
 benchmarks can drive it directly. At-least-once safe: unit ids are deterministic, a
 redelivered turn is recognised by id and content hash, and a unit is written together with the
@@ -29,7 +29,7 @@ from memstream.core.embedder import Embedder, Vectors
 from memstream.core.recurrence import Neighbour, recurrence, top_k
 from memstream.core.semantic_time import extract_event_times
 from memstream.core.store import Filter, Point, Range, SearchQuery, VectorStore
-from memstream.core.unit_views import UNIT_VIEWS, context_vector, view_points, with_sentences
+from memstream.core.unit_views import UNIT_VIEWS, context_vector, view_point, with_sentences
 from memstream.core.units import (
     UNIT_FIELD,
     UNITS,
@@ -106,7 +106,7 @@ class Embedded:
 
 
 class Previous(NamedTuple):
-    """A user's latest unit so far, whose vector the next unit of its session adds to its context view."""
+    """A user's latest unit so far, whose vector the next unit of its session adds to its context vector."""
 
     session_id: str
     ts: datetime
@@ -171,7 +171,7 @@ class IngestProcessor:
         # every stored unit): a unit later than that needs no time bound on its neighbour query,
         # the costliest of its conditions. Users without state keep the bound.
         latest = {k.decode(): w.last_ts for k, w in windows.items() if w is not None}
-        # Each user's latest unit, for the context view of the next unit of its session: read from the
+        # Each user's latest unit, for the context vector of the next unit of its session: read from the
         # store (by the id the window state keeps) when a partition's share of the batch needs it.
         previous: dict[str, Previous | str] = {
             k.decode(): w.last_unit_id for k, w in windows.items() if w is not None and w.last_unit_id
@@ -255,7 +255,7 @@ class IngestProcessor:
 
     def _embed(self, units: list[Located[Unit]]) -> Embedded:
         """The units' texts and the sentences of those with more than one, in one embedder call; without
-        ``sentence_views`` a unit's one sentence view is its whole-turn vector."""
+        ``sentence_views`` a unit's one sentence vector is its whole-turn vector."""
         own = [u.text for _, u in units]
         texts, rows = (
             with_sentences(own)
@@ -286,7 +286,7 @@ class IngestProcessor:
             idx = units.get(p, [])
             store = self.shards.get(p)
             mine = [new[i][1] for i in idx]
-            # Views first: a crash before the units are written leaves views that a redelivery
+            # Views first: a crash before the units are written leaves view points that a redelivery
             # writes again (same ids); the other way round, a stored unit would lack its views.
             sentences = [embedded.sentences[i] for i in idx]
             with metrics.STAGE_SECONDS.labels("upsert").time():
@@ -345,7 +345,7 @@ class IngestProcessor:
         sentences: list[Vectors],
         previous: dict[str, Previous | str],
     ) -> list[Point]:
-        """The units' view points, in arrival order: each unit's context view adds the latest earlier
+        """The units' view points, in arrival order: each unit's context vector adds the latest earlier
         unit of its session (from this batch, or stored and named by the window state)."""
         stored = sorted({v for u in units if isinstance(v := previous.get(u.key), str)})
         for hit in store.retrieve(UNITS, stored, with_vectors=True) if stored else []:
@@ -364,7 +364,7 @@ class IngestProcessor:
                 if prior is not None and prior.session_id == unit.session_id and prior.ts <= unit.ts
                 else None
             )
-            points += view_points(unit, list(mine), context_vector(vector, before))
+            points.append(view_point(unit, mine, context_vector(vector, before)))
             if prior is None or unit.ts >= prior.ts:  # a late unit is nobody's predecessor
                 previous[unit.key] = Previous(unit.session_id, unit.ts, vector)
         return points

@@ -29,6 +29,8 @@ from qdrant_edge import (
     KeywordIndexParams,
     MatchValue,
     Modifier,
+    MultiVectorComparator,
+    MultiVectorConfig,
     PayloadSchemaType,
     PayloadSelector,
     Prefetch,
@@ -55,7 +57,7 @@ from memstream.core.store import (
 )
 
 if TYPE_CHECKING:
-    from qdrant_edge import ConditionType, PointId, Vector
+    from qdrant_edge import ConditionType, NamedVector, PointId, Vector
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class _Collection:
     shard: EdgeShard
     dim: int
     sparse: str | None  # the sparse vector's name; None: a shard made without one answers dense-only
+    multi: str | None  # the multivector's name, None: none
 
 
 class EdgeStore:
@@ -77,15 +80,17 @@ class EdgeStore:
             coll = self._collections.get(spec.name)
             if coll is None:
                 shard, sparse = self._open(spec)
-                coll = _Collection(shard, spec.dim, sparse)
+                coll = _Collection(shard, spec.dim, sparse, spec.multivector)
                 self._collections[spec.name] = coll
             elif coll.dim != spec.dim:
                 raise ValueError(f"collection {spec.name!r} is open with dim {coll.dim}, not {spec.dim}")
+            elif coll.multi is None and spec.multivector is not None:
+                raise ValueError(_without_multivector(spec, str(self._root / spec.name), None))
             _ensure_indexes(coll.shard, spec)
 
     def _open(self, spec: CollectionSpec) -> tuple[EdgeShard, str | None]:
         path = self._root / spec.name
-        config = _config(spec.dim, spec.sparse_vector)
+        config = _config(spec.dim, spec.sparse_vector, spec.multivector)
         if not path.exists():
             return EdgeShard.create(str(path), config), spec.sparse_vector
         try:
@@ -96,7 +101,7 @@ class EdgeStore:
                 # A shard made before the collection had a sparse vector: Edge cannot add one to its
                 # segments, so it keeps answering dense-only until it is rebuilt.
                 try:
-                    shard = EdgeShard.load(str(path), _config(spec.dim, None))
+                    shard = EdgeShard.load(str(path), _config(spec.dim, None, spec.multivector))
                 except Exception:
                     pass
                 else:
@@ -106,6 +111,8 @@ class EdgeStore:
             # the config was the problem (not, say, another process holding the WAL).
             if not _opens_as_stored(path):
                 raise
+            if spec.multivector is not None:
+                raise ValueError(_without_multivector(spec, str(path), exc)) from exc
             raise ValueError(
                 f"collection {spec.name!r} at {path} does not match the spec (dim {spec.dim}, cosine): {exc}"
             ) from exc
@@ -121,16 +128,18 @@ class EdgeStore:
 
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
         if points:
-            sparse = self._collection(collection).sparse
-            edge_points = [EdgePoint(p.id, _vectors(p, sparse), p.payload) for p in points]
-            self._shard(collection).update(UpdateOperation.upsert_points(edge_points))
+            coll = self._collection(collection)
+            edge_points = [EdgePoint(p.id, _vectors(p, coll.sparse, coll.multi), p.payload) for p in points]
+            coll.shard.update(UpdateOperation.upsert_points(edge_points))
 
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
         if not ids:
             return []
-        # [""]: the unnamed dense vector only (as a list), not the sparse one beside it.
-        records = self._shard(collection).retrieve(_id_list(ids), True, [""] if with_vectors else False)
-        return [hit_of(r, with_vector=with_vectors) for r in records]
+        coll = self._collection(collection)
+        # [""]: the unnamed dense vector (as a list), not the sparse one beside it; and the multivector.
+        names = ["", coll.multi] if coll.multi is not None else [""]
+        records = coll.shard.retrieve(_id_list(ids), True, names if with_vectors else False)
+        return [hit_of(r, with_vector=with_vectors, multi=coll.multi) for r in records]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
@@ -181,18 +190,39 @@ class EdgeStore:
             self._collections.clear()
 
 
-def _config(dim: int, sparse: str | None) -> EdgeConfig:
+def _config(dim: int, sparse: str | None, multi: str | None) -> EdgeConfig:
     dense = EdgeVectorParams(size=dim, distance=Distance.Cosine)
+    vectors: EdgeVectorParams | dict[str, EdgeVectorParams] = dense
+    if multi is not None:
+        maxsim = MultiVectorConfig(MultiVectorComparator.MaxSim)
+        vectors = {
+            "": dense,
+            multi: EdgeVectorParams(size=dim, distance=Distance.Cosine, multivector_config=maxsim),
+        }
     if sparse is None:
-        return EdgeConfig(vectors=dense)
-    return EdgeConfig(vectors=dense, sparse_vectors={sparse: EdgeSparseVectorParams(modifier=Modifier.Idf)})
+        return EdgeConfig(vectors=vectors)
+    return EdgeConfig(vectors=vectors, sparse_vectors={sparse: EdgeSparseVectorParams(modifier=Modifier.Idf)})
 
 
-def _vectors(point: Point, sparse: str | None) -> Vector:
+def _vectors(point: Point, sparse: str | None, multi: str | None) -> Vector:
     dense = point.vector.tolist()
-    if sparse is None or point.sparse is None:
-        return dense
-    return {"": dense, sparse: _edge_sparse(point.sparse)}
+    named: dict[str, NamedVector] = {}
+    if sparse is not None and point.sparse is not None:
+        named[sparse] = _edge_sparse(point.sparse)
+    if multi is not None and point.multi is not None:
+        named[multi] = point.multi.tolist()
+    return {"": dense, **named} if named else dense
+
+
+def _without_multivector(spec: CollectionSpec, path: str, exc: Exception | None) -> str:
+    """Why a collection made without the multivector its spec names cannot be opened, and what to do."""
+    return (
+        f"collection {spec.name!r} at {path} was made without its {spec.multivector!r} multivector (by an "
+        f"older memstream); it cannot be converted in place: stop memstream and delete that directory "
+        f"(units stored before keep answering recall by their whole-turn vectors), or replay the "
+        f"conversations into a fresh MEMSTREAM_DATA_DIR (docs/memory-model.md, stores made before unit "
+        f"views were multivectors)" + ("" if exc is None else f": {exc}")
+    )
 
 
 def _edge_sparse(vector: SparseVector) -> EdgeSparseVector:
@@ -200,7 +230,8 @@ def _edge_sparse(vector: SparseVector) -> EdgeSparseVector:
 
 
 def _request(q: SearchQuery, sparse: str | None) -> QueryRequest:
-    dense = Query.Nearest(q.vector.tolist())
+    # A multivector is searched with a query of one row: MaxSim is then its best row's cosine.
+    dense = Query.Nearest([q.vector.tolist()] if q.using else q.vector.tolist(), using=q.using)
     flt = _to_edge(q.flt)
     lexical = q.lexical() if sparse is not None else None
     if lexical is None:

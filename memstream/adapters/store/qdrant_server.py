@@ -69,6 +69,7 @@ class QdrantServerStore:
         self._client = client
         # Each ensured collection's sparse vector name; None (or not ensured here): dense-only.
         self._sparse: dict[str, str | None] = {}
+        self._multi: dict[str, str | None] = {}  # each ensured collection's multivector name
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None, timeout_s: int = 10) -> QdrantServerStore:
@@ -80,14 +81,26 @@ class QdrantServerStore:
                 self._create(spec)
             info = self._client.get_collection(spec.name)
             params = info.config.params.vectors
+            dense = params.get("") if isinstance(params, Mapping) else params
             if not (
-                isinstance(params, models.VectorParams)
-                and params.size == spec.dim
-                and params.distance == models.Distance.COSINE
+                isinstance(dense, models.VectorParams)
+                and dense.size == spec.dim
+                and dense.distance == models.Distance.COSINE
             ):
                 raise ValueError(
                     f"collection {spec.name!r} does not match the spec (dim {spec.dim}, cosine): {params}"
                 )
+            if spec.multivector is not None and not (
+                isinstance(params, Mapping) and spec.multivector in params
+            ):
+                raise ValueError(
+                    f"collection {spec.name!r} was made without its {spec.multivector!r} multivector (by an "
+                    "older memstream); it cannot be converted in place: delete the collection (units stored "
+                    "before keep answering recall by their whole-turn vectors), or replay the conversations "
+                    "into fresh collections (docs/memory-model.md, stores made before unit views were "
+                    "multivectors)"
+                )
+            self._multi[spec.name] = spec.multivector
             # A collection created before it had a sparse vector keeps answering dense-only.
             stored = info.config.params.sparse_vectors or {}
             self._sparse[spec.name] = spec.sparse_vector if spec.sparse_vector in stored else None
@@ -113,11 +126,15 @@ class QdrantServerStore:
                 if spec.sparse_vector is None
                 else {spec.sparse_vector: models.SparseVectorParams(modifier=models.Modifier.IDF)}
             )
-            self._client.create_collection(
-                spec.name,
-                vectors_config=models.VectorParams(size=spec.dim, distance=models.Distance.COSINE),
-                sparse_vectors_config=sparse,
-            )
+            dense = models.VectorParams(size=spec.dim, distance=models.Distance.COSINE)
+            vectors: models.VectorParams | dict[str, models.VectorParams] = dense
+            if spec.multivector is not None:
+                maxsim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+                multi = models.VectorParams(
+                    size=spec.dim, distance=models.Distance.COSINE, multivector_config=maxsim
+                )
+                vectors = {"": dense, spec.multivector: multi}
+            self._client.create_collection(spec.name, vectors_config=vectors, sparse_vectors_config=sparse)
         except UnexpectedResponse as exc:
             if exc.status_code != 409:  # 409: another process created it in the meantime
                 raise
@@ -125,8 +142,10 @@ class QdrantServerStore:
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
         if not points:
             return
-        sparse = self._sparse.get(collection)
-        structs = [models.PointStruct(id=p.id, vector=_vectors(p, sparse), payload=p.payload) for p in points]
+        sparse, multi = self._sparse.get(collection), self._multi.get(collection)
+        structs = [
+            models.PointStruct(id=p.id, vector=_vectors(p, sparse, multi), payload=p.payload) for p in points
+        ]
         with _outage_as_unavailable():
             self._client.upsert(collection, structs)
 
@@ -138,7 +157,7 @@ class QdrantServerStore:
             records = self._client.retrieve(
                 collection, list(ids), with_payload=True, with_vectors=with_vectors
             )
-        return [hit_of(r, with_vector=with_vectors) for r in records]
+        return [hit_of(r, with_vector=with_vectors, multi=self._multi.get(collection)) for r in records]
 
     def search_many(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
         if not queries:
@@ -178,11 +197,14 @@ class QdrantServerStore:
         self._client.close()
 
 
-def _vectors(point: Point, sparse: str | None) -> models.VectorStruct:
+def _vectors(point: Point, sparse: str | None, multi: str | None) -> models.VectorStruct:
     dense = point.vector.tolist()
-    if sparse is None or point.sparse is None:
-        return dense
-    return {"": dense, sparse: _qdrant_sparse(point.sparse)}
+    named: dict[str, models.Vector] = {}
+    if sparse is not None and point.sparse is not None:
+        named[sparse] = _qdrant_sparse(point.sparse)
+    if multi is not None and point.multi is not None:
+        named[multi] = point.multi.tolist()
+    return {"": dense, **named} if named else dense
 
 
 def _qdrant_sparse(vector: SparseVector) -> models.SparseVector:
@@ -191,21 +213,24 @@ def _qdrant_sparse(vector: SparseVector) -> models.SparseVector:
 
 def _request(q: SearchQuery, sparse: str | None) -> models.QueryRequest:
     flt = _to_qdrant(q.flt)
+    # A multivector is searched with a query of one row: MaxSim is then its best row's cosine.
+    query = [q.vector.tolist()] if q.using else q.vector.tolist()
     with_payload = q.with_payload if isinstance(q.with_payload, bool) else list(q.with_payload)
     lexical = q.lexical() if sparse is not None else None
     if lexical is None:
         return models.QueryRequest(
-            query=q.vector.tolist(), filter=flt, limit=q.limit, with_payload=with_payload
+            query=query, using=q.using, filter=flt, limit=q.limit, with_payload=with_payload
         )
     # The prefetches' union is rescored by the dense query, not fused: see
     # memstream.adapters.store.edge._request.
     prefetch = [
-        models.Prefetch(query=q.vector.tolist(), filter=flt, limit=q.limit),
+        models.Prefetch(query=query, using=q.using, filter=flt, limit=q.limit),
         models.Prefetch(query=_qdrant_sparse(lexical), using=sparse, filter=flt, limit=q.sparse_limit),
     ]
     return models.QueryRequest(
         prefetch=prefetch,
-        query=q.vector.tolist(),
+        query=query,
+        using=q.using,
         filter=flt,
         limit=q.limit + q.sparse_limit,
         with_payload=with_payload,

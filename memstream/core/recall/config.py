@@ -22,11 +22,11 @@ class RecallConfig:
     max_session_lookups: int  # activated units whose session is looked up when it was not fetched
     levels: tuple[int, ...]  # levels returned when the caller names none (1: leaves)
     # A unit's dense score: turn_weight * its whole-turn cosine + sentence_weight * the best cosine of its
-    # sentences + context_weight * the cosine of its context view (memstream.core.unit_views).
+    # sentences + context_weight * the cosine of its context vector (memstream.core.unit_views).
     turn_weight: float
     sentence_weight: float
     context_weight: float
-    view_candidates: int  # the user's sentence and context views nearest the query, fetched
+    view_candidates: int  # the user's units nearest the query by context, and by sentences, fetched (each)
     # A leaf with at least this share of its content words in one leaf already selected is skipped
     # (rank.select); above 1: never.
     contained: float
@@ -83,9 +83,9 @@ DEFAULT = RecallConfig(
     turn_weight=1 / 3,
     sentence_weight=1 / 3,
     context_weight=1 / 3,
-    # About 4.4 views a unit: enough to cover the unit candidates' best sentences and contexts; a unit
-    # beyond them scores the last hit's cosine (engine._unit_cosines).
-    view_candidates=1400,
+    # The unit candidates' number (unit_candidates + lexical_candidates): a unit beyond them scores the
+    # last hit's cosine (engine._unit_cosines).
+    view_candidates=400,
     # 0.9: a unit an episode quotes whole, or a fact its unit states; skipping them raised text recall
     # at 1000 tokens by 0.3 on LoCoMo dev (0.6 % of returned items), changed nothing at 500.
     contained=0.9,
@@ -104,10 +104,12 @@ DEFAULT = RecallConfig(
     # without repeats"): 5 % of the tokens returned at 500 were a fact or an episode that a returned unit
     # says again.
     covered=0.9,
-    # Off: a brief is the sentence whose view the approximate search of the views found nearest, and
-    # that search differs with how a partition's store was written, so one worker and two gave
-    # different recalls of the same memory (tests/test_replicas.py). On, LoCoMo dev (bench/RESULTS.md,
-    # "Recall without repeats"): answer recall +0.9 at 500 tokens and +1.0 at 250, text unchanged.
+    # Off: a brief was the sentence whose view the approximate search of the views found nearest, and
+    # that search differed with how a partition's store was written, so one worker and two gave
+    # different recalls of the same memory (tests/test_replicas.py); it is exact now (the sentence rows
+    # of the activated units, engine._nearest_sentences). On, LoCoMo dev (bench/RESULTS.md, "Recall
+    # without repeats"): answer recall +0.9 at 500 tokens and +1.0 at 250, text unchanged, on the default
+    # of then; on today's default, nothing moves at 250, 500 or 1000 (bench/RESULTS.md, 2026-11-27).
     briefs=False,
     # A question that names a speaker is mostly answered by that speaker's own turns (LoCoMo dev, questions
     # naming one speaker: 79 % of their evidence turns against 65 % of the units returned at 500 tokens).

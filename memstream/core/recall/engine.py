@@ -1,8 +1,9 @@
 """Recall over one user's store: the thin shell that fetches candidates and their ancestors for ``rank``.
 
-Per call: three batched searches (units dense + BM25; the units' sentence and context views; episodes,
-facts and, when tree levels are asked, sessions), then for those at most ``config.max_session_lookups``
-session lookups and one read per tree level above; the steps: docs/recall.md.
+Per call: three batched searches (units dense + BM25; the units' view points by context and by
+sentences; episodes, facts and, when tree levels are asked, sessions), then for those at most
+``config.max_session_lookups`` session lookups and one read per tree level above; the steps:
+docs/recall.md.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from memstream.core.recall import rank, speakers
 from memstream.core.recall.config import DEFAULT, RecallConfig
 from memstream.core.recall.time_intent import TimeIntent, contains, distance, parse_time_intent
 from memstream.core.sentences import is_small_talk
-from memstream.core.store import Filter, Hit, SearchQuery, VectorStore, search
-from memstream.core.unit_views import UNIT_VIEWS, is_context, sentence_texts, unit_prefix, view_slot
+from memstream.core.store import Filter, Hit, SearchQuery, VectorStore
+from memstream.core.unit_views import SENTENCES, UNIT_VIEWS, sentence_texts
 from memstream.core.units import UNIT_FIELD, UNITS, USER_FIELD
 from memstream.schemas.memory import Memory, MemoryKind
 
@@ -77,7 +78,7 @@ def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfi
     # The tree above the leaves only matters when one of its levels may be returned: with leaves alone
     # (the default), its nodes would be looked up for nothing (select keeps no node of a level not asked).
     tree = any(level > rank.LEAF_LEVEL for level in wanted)
-    leaves, sessions, words, slots, named = _candidates(
+    leaves, sessions, words, searched, named = _candidates(
         store, embedder, vector, query, user_key, config, sessions=tree
     )
     # Superseded facts only for questions about change; an event fact is not "invalid" because it
@@ -93,6 +94,8 @@ def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfi
     scored = rank.drop_phatic(weighed, config.min_content_words)
     activated = {item.id for item, _ in rank.top(scored, config.activated)}
     if config.briefs:  # of the activated units only: the others hardly reach select's queue
+        units = [item.id for item, _ in scored if item.id in activated and item.kind == "unit"]
+        slots = _nearest_sentences(store, searched, units)
         scored = [(_with_brief(item, slots) if item.id in activated else item, s) for item, s in scored]
     if config.condense:  # scored on what was said, returned without its small talk
         scored = [(rank.condensed(item), score) for item, score in scored]
@@ -129,36 +132,54 @@ def _unit_cosines(
     user_key: str,
     hits: Sequence[Hit],
     config: RecallConfig,
-) -> tuple[list[float], dict[str, int]]:
+) -> list[float]:
     """The units' dense scores: their whole-turn cosines (``hits``) mixed with their best sentence's and
-    their context view's (``memstream.core.unit_views``), from one search of the user's nearest views
-    (ids only: a view's id names its unit and its kind). A unit whose view is not among them takes the
-    lowest one's cosine, an upper bound of its own; when fewer came back than were asked every view did,
-    and a unit without one (stored before views existed) keeps its whole-turn cosine. Also the slot of
-    each unit's best sentence view found, by ``unit_prefix``."""
-    if not (config.sentence_weight or config.context_weight or config.briefs) or not hits:
-        return [h.score for h in hits], {}
+    their context vector's (``memstream.core.unit_views``), from one batch of two searches of the user's
+    view points, by context vector and by sentence multivector (ids only: a view point's id is its
+    unit's). A unit that a search did not return takes that search's lowest cosine, an upper bound of its
+    own; when fewer came back than were asked every view point did, and a unit without one (stored
+    before views existed) keeps its whole-turn cosine."""
+    if not (config.sentence_weight or config.context_weight) or not hits:
+        return [h.score for h in hits]
     mine = Filter(equals={USER_FIELD: user_key})
-    found = search(store, UNIT_VIEWS, vector, config.view_candidates, mine, with_payload=False)
-    floor = found[-1].score if len(found) >= config.view_candidates else None
-    sentences: dict[str, float] = {}
-    contexts: dict[str, float] = {}
-    slots: dict[str, int] = {}
-    for h in found:  # best first: a unit's first hit of a kind is its best
-        (contexts if is_context(h.id) else sentences).setdefault(unit_prefix(h.id), h.score)
-        if not is_context(h.id):
-            slots.setdefault(unit_prefix(h.id), view_slot(h.id))
+    limit = config.view_candidates
+    by_context, by_sentence = store.search_many(
+        UNIT_VIEWS,
+        [
+            SearchQuery(vector, limit, mine, with_payload=False),
+            SearchQuery(vector, limit, mine, with_payload=False, using=SENTENCES),
+        ],
+    )
+    contexts, context_floor = _scores(by_context, limit)
+    sentences, sentence_floor = _scores(by_sentence, limit)
     out = []
     for h in hits:
-        unit = unit_prefix(h.id)
-        sentence = sentences.get(unit, floor)
-        context = contexts.get(unit, floor)
+        sentence = sentences.get(h.id, sentence_floor)
+        context = contexts.get(h.id, context_floor)
         out.append(
             config.turn_weight * h.score
             + config.sentence_weight * (h.score if sentence is None else sentence)
             + config.context_weight * (h.score if context is None else context)
         )
-    return out, slots
+    return out
+
+
+def _scores(found: Sequence[Hit], limit: int) -> tuple[dict[str, float], float | None]:
+    """Each hit's cosine by id, and the lowest one when the search may have left points out (``limit``
+    came back), else None."""
+    return {h.id: h.score for h in found}, found[-1].score if len(found) >= limit else None
+
+
+def _nearest_sentences(
+    store: VectorStore, vector: npt.NDArray[np.float32], units: Sequence[str]
+) -> dict[str, int]:
+    """The slot (from 1, in ``sentence_texts`` order) of each unit's sentence nearest ``vector``, from the
+    rows of its view point's sentence multivector: exact, so it does not depend on how the store was
+    written. Units without a view point are left out."""
+    if not units:
+        return {}
+    stored = store.retrieve(UNIT_VIEWS, units, with_vectors=True)
+    return {h.id: int(np.argmax(h.multi @ vector)) + 1 for h in stored if h.multi is not None}
 
 
 def _candidates(
@@ -169,11 +190,11 @@ def _candidates(
     user_key: str,
     config: RecallConfig,
     sessions: bool = True,
-) -> tuple[list[rank.Item], list[rank.Item], str, dict[str, int], list[str]]:
+) -> tuple[list[rank.Item], list[rank.Item], str, npt.NDArray[np.float32], list[str]]:
     """The leaves nearest the query (units, episodes, facts; units also by BM25), when ``sessions``
-    the session nodes nearest it, the query's words for BM25, and the slot of each unit's sentence view
-    nearest the query (``_unit_cosines``). Every candidate carries its cosine:
-    the store rescores the lexical ones densely.
+    the session nodes nearest it, the query's words for BM25, and the vector they were searched with
+    (the query's, or its mix with the query without the speakers' names). Every candidate carries its
+    cosine: the store rescores the lexical ones densely.
 
     A query that names speakers of the units found (``speakers.named_speakers``) is searched again,
     with its vector mixed with that of the query without the names (``speakers.mix``), its words
@@ -215,13 +236,13 @@ def _candidates(
             for k, limit in limits.items()
         ],
     )
-    cosines, slots = _unit_cosines(store, vector, user_key, units_hits, config)
+    cosines = _unit_cosines(store, vector, user_key, units_hits, config)
     leaves = [unit_record_item(u, scale * cosine) for u, cosine in zip(units, cosines, strict=True)]
     leaves += [
         memory_item(h.payload, scale * h.score) for hits in memory_hits[: len(LEAF_KINDS)] for h in hits
     ]
     nodes = [memory_item(h.payload, scale * h.score) for hits in memory_hits[len(LEAF_KINDS) :] for h in hits]
-    return leaves, nodes, words, slots, named
+    return leaves, nodes, words, vector, named
 
 
 def _ancestors(
@@ -305,13 +326,13 @@ def unit_record_item(unit: dict[str, Any], score: float) -> rank.Item:
 
 
 def _with_brief(item: rank.Item, slots: dict[str, int]) -> rank.Item:
-    """A unit with its ``brief``: its sentence whose view the search found nearest the query."""
-    slot = slots.get(unit_prefix(item.id))
+    """A unit with its ``brief``: its sentence nearest the query (``_nearest_sentences``)."""
+    slot = slots.get(item.id)
     return item if item.kind != "unit" or slot is None else replace(item, brief=brief(item.text, slot))
 
 
 def brief(text: str, slot: int) -> str:
-    """The sentence of a unit's ``text`` at sentence view ``slot`` (``unit_views.sentence_texts``, from
+    """The sentence of a unit's ``text`` at sentence ``slot`` (``unit_views.sentence_texts``, from
     1), "Speaker: sentence"; "" when the unit is one sentence, the slot is not one of its sentences or
     the sentence is small talk (``sentences.is_small_talk``): a brief must say something."""
     said = sentence_texts(text)
