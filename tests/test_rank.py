@@ -26,6 +26,7 @@ from memstream.core.recall.rank import (
     header_tokens,
     keep_valid,
     leaf_scores,
+    lift_sessions,
     line_tokens,
     order,
     phatic,
@@ -34,6 +35,7 @@ from memstream.core.recall.rank import (
     render_line,
     said_by,
     select,
+    session_mass,
     smooth_neighbours,
     tokens,
     top,
@@ -187,6 +189,48 @@ def test_smoothing_keeps_order_and_items() -> None:
     scored = [(item(f"u{n}", start=T0 + timedelta(minutes=n), session="s"), n / 10) for n in range(5)]
     out = smooth_neighbours(scored, weight=0.0)
     assert out == scored
+
+
+# --- session_mass / lift_sessions ------------------------------------------------------------------------
+
+
+def test_a_sessions_mass_is_the_mean_of_its_best_unit_scores() -> None:
+    a1, a2, a3 = (item(f"a{n}", session="A") for n in (1, 2, 3))
+    scored = [(a1, 0.5), (a2, 0.4), (a3, 0.1), (item("b1", session="B"), 0.55), (item("ep", "episode"), 0.9)]
+    mass = session_mass(scored, depth=2)
+    assert mass == pytest.approx({"A": (0.5 + 0.4) / 2, "B": 0.55 / 2})  # fewer units than depth: over depth
+    assert session_mass([], depth=2) == {}
+
+
+def test_lifting_sessions_lets_a_session_relevant_as_a_whole_pass_a_stray_turn() -> None:
+    a1, a2 = item("a1", session="A"), item("a2", session="A")
+    b1 = item("b1", session="B")  # matches as well alone, in a session about something else
+    episode = item("ep", "episode")
+    scored = [(a1, 0.5), (a2, 0.45), (b1, 0.55), (episode, 0.7)]
+    out = dict((i.id, s) for i, s in lift_sessions(scored, {"A": 0.45, "B": 0.2}, weight=0.5))
+    assert out == pytest.approx({"a1": 0.725, "a2": 0.675, "b1": 0.65, "ep": 0.7})
+    assert out["a1"] > out["a2"] > out["b1"]
+    assert lift_sessions(scored, {"A": 0.45, "B": 0.2}, weight=0.0) == scored
+    assert lift_sessions(scored, {}, weight=0.5) == scored  # no session scored: as they are
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["s1", "s2", "s3", None]), st.floats(0, 1)), max_size=12),
+    st.floats(0, 1),
+    st.integers(1, 5),
+)
+def test_lifting_sessions_keeps_the_order_within_a_session_and_lowers_nothing(
+    units: list[tuple[str | None, float]], weight: float, depth: int
+) -> None:
+    scored = [(item(f"u{n}", session=session), s) for n, (session, s) in enumerate(units)]
+    mass = session_mass(scored, depth)
+    assert all(0 <= m <= max(s for _, s in scored) for m in mass.values())
+    out = lift_sessions(scored, mass, weight)
+    assert [i for i, _ in out] == [i for i, _ in scored]
+    lift = {i.session_id: after - before for (i, before), (_, after) in zip(scored, out, strict=True)}
+    for (i, before), (_, after) in zip(scored, out, strict=True):
+        assert after - before == pytest.approx(lift[i.session_id])  # one session, one lift: the same order
+        assert after - before == pytest.approx(0.0 if i.session_id is None else weight * mass[i.session_id])
 
 
 # --- ancestor_ids / select ----------------------------------------------------------------------------

@@ -89,7 +89,12 @@ def recall(store: VectorStore, embedder: Embedder, ask: Ask, config: RecallConfi
         None,
     )
     smoothed = rank.smooth_neighbours(scored, config.neighbour_weight)
-    weighed = rank.weigh_turns(smoothed, named, config.speaker_weight, config.question_weight)
+    # The mass from the leaf scores: a smoothed score counts a strong turn again in each of its neighbours
+    # (from the smoothed ones, multi-hop and answer recall fell: bench/RESULTS.md).
+    lifted = rank.lift_sessions(
+        smoothed, rank.session_mass(scored, config.session_depth), config.session_weight
+    )
+    weighed = rank.weigh_turns(lifted, named, config.speaker_weight, config.question_weight)
     # Phatic turns, and turns that only ask, still lifted their neighbours.
     scored = rank.drop_phatic(weighed, config.min_content_words)
     activated = {item.id for item, _ in rank.top(scored, config.activated)}

@@ -174,6 +174,32 @@ def smooth_neighbours(scored: Sequence[Scored], weight: float = DEFAULT.neighbou
     return [(item, score) for (item, _), score in zip(scored, out, strict=True)]
 
 
+def session_mass(scored: Sequence[Scored], depth: int = DEFAULT.session_depth) -> dict[str, float]:
+    """Each session's score: the sum of the ``depth`` best scores of its units among ``scored``, over
+    ``depth`` (a session of fewer units scores less), by session id."""
+    by_session: dict[str, list[float]] = defaultdict(list)
+    for item, score in scored:
+        if item.kind == "unit" and item.session_id is not None:
+            by_session[item.session_id].append(score)
+    return {s: sum(sorted(scores, reverse=True)[:depth]) / depth for s, scores in by_session.items()}
+
+
+def lift_sessions(
+    scored: Sequence[Scored], mass: Mapping[str, float], weight: float = DEFAULT.session_weight
+) -> list[Scored]:
+    """Each unit's score plus ``weight`` times its session's ``mass`` (``session_mass`` of the leaf
+    scores). A session in which several turns meet the question is about it as a whole, and its other
+    turns are likelier to hold the rest of the answer than a turn of another session that matches as
+    well alone: passage retrieval's mix of a passage's score with its document's. Items without a
+    session keep their score; 0: off."""
+    if not weight:
+        return list(scored)
+    return [
+        (item, score + weight * mass.get(item.session_id or "", 0.0) if item.kind == "unit" else score)
+        for item, score in scored
+    ]
+
+
 def asks_only(item: Item) -> bool:
     """A unit that only asks: every sentence of it that is not small talk is a question, and it shares
     no photo ("Melanie: What kind of books have you got?"). It matches a question's words and tells
