@@ -224,7 +224,8 @@ def test_lifting_sessions_keeps_the_order_within_a_session_and_lowers_nothing(
 ) -> None:
     scored = [(item(f"u{n}", session=session), s) for n, (session, s) in enumerate(units)]
     mass = session_mass(scored, depth)
-    assert all(0 <= m <= max(s for _, s in scored) for m in mass.values())
+    # a mean of equal scores may land one ulp above them (3 * x / 3)
+    assert all(0 <= m <= max(s for _, s in scored) + 1e-12 for m in mass.values())
     out = lift_sessions(scored, mass, weight)
     assert [i for i, _ in out] == [i for i, _ in scored]
     lift = {i.session_id: after - before for (i, before), (_, after) in zip(scored, out, strict=True)}
