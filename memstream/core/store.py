@@ -20,7 +20,7 @@ unit's sentences) for the price of one point and one payload.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -139,6 +139,21 @@ def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, p
         out.extend(hits)
         if offset is None:
             return out
+
+
+def vectors_of(
+    point: Point, sparse: str | None, multi: str | None, sparse_as: Callable[[SparseVector], Any]
+) -> Any:
+    """``point``'s vectors as Qdrant takes them (Edge and qdrant-client alike): its dense vector alone,
+    or under ``""`` beside the collection's named sparse vector (``sparse_as`` converts it) and
+    multivector, those of them that the collection and the point have."""
+    dense = point.vector.tolist()
+    named: dict[str, Any] = {}
+    if sparse is not None and point.sparse is not None:
+        named[sparse] = sparse_as(point.sparse)
+    if multi is not None and point.multi is not None:
+        named[multi] = point.multi.tolist()
+    return {"": dense, **named} if named else dense
 
 
 def multi_of(stored: object, name: str | None) -> npt.NDArray[np.float32] | None:

@@ -53,11 +53,12 @@ from memstream.core.store import (
     SearchQuery,
     SparseVector,
     hit_of,
+    vectors_of,
     warn_dense_only,
 )
 
 if TYPE_CHECKING:
-    from qdrant_edge import ConditionType, NamedVector, PointId, Vector
+    from qdrant_edge import ConditionType, PointId
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,10 @@ class EdgeStore:
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
         if points:
             coll = self._collection(collection)
-            edge_points = [EdgePoint(p.id, _vectors(p, coll.sparse, coll.multi), p.payload) for p in points]
+            edge_points = [
+                EdgePoint(p.id, vectors_of(p, coll.sparse, coll.multi, _edge_sparse), p.payload)
+                for p in points
+            ]
             coll.shard.update(UpdateOperation.upsert_points(edge_points))
 
     def retrieve(self, collection: str, ids: Sequence[str], with_vectors: bool = False) -> list[Hit]:
@@ -202,16 +206,6 @@ def _config(dim: int, sparse: str | None, multi: str | None) -> EdgeConfig:
     if sparse is None:
         return EdgeConfig(vectors=vectors)
     return EdgeConfig(vectors=vectors, sparse_vectors={sparse: EdgeSparseVectorParams(modifier=Modifier.Idf)})
-
-
-def _vectors(point: Point, sparse: str | None, multi: str | None) -> Vector:
-    dense = point.vector.tolist()
-    named: dict[str, NamedVector] = {}
-    if sparse is not None and point.sparse is not None:
-        named[sparse] = _edge_sparse(point.sparse)
-    if multi is not None and point.multi is not None:
-        named[multi] = point.multi.tolist()
-    return {"": dense, **named} if named else dense
 
 
 def _without_multivector(spec: CollectionSpec, path: str, exc: Exception | None) -> str:

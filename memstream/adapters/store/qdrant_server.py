@@ -26,6 +26,7 @@ from memstream.core.store import (
     SparseVector,
     StoreUnavailable,
     hit_of,
+    vectors_of,
     warn_dense_only,
 )
 
@@ -144,7 +145,10 @@ class QdrantServerStore:
             return
         sparse, multi = self._sparse.get(collection), self._multi.get(collection)
         structs = [
-            models.PointStruct(id=p.id, vector=_vectors(p, sparse, multi), payload=p.payload) for p in points
+            models.PointStruct(
+                id=p.id, vector=vectors_of(p, sparse, multi, _qdrant_sparse), payload=p.payload
+            )
+            for p in points
         ]
         with _outage_as_unavailable():
             self._client.upsert(collection, structs)
@@ -195,16 +199,6 @@ class QdrantServerStore:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _vectors(point: Point, sparse: str | None, multi: str | None) -> models.VectorStruct:
-    dense = point.vector.tolist()
-    named: dict[str, models.Vector] = {}
-    if sparse is not None and point.sparse is not None:
-        named[sparse] = _qdrant_sparse(point.sparse)
-    if multi is not None and point.multi is not None:
-        named[multi] = point.multi.tolist()
-    return {"": dense, **named} if named else dense
 
 
 def _qdrant_sparse(vector: SparseVector) -> models.SparseVector:
