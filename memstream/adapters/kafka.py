@@ -1,8 +1,9 @@
 """Small aiokafka adapters: topic creation, producing turns, and reading group progress.
 
 Progress is measured against the offsets our own sends returned and the group's committed
-offsets (``consumer.committed()``), never ``end_offsets``: Tansu, the test broker, reports
-wrong end offsets for multi-record batches, and committed offsets are what "processed" means.
+offsets (``consumer.committed()``), or log ends as fetches report them, never ``end_offsets``:
+Tansu, the test broker, reports wrong end offsets for multi-record batches, and committed offsets
+are what "processed" means.
 """
 
 from __future__ import annotations
@@ -312,15 +313,35 @@ async def read_topic(settings: Settings, topic: str, idle_s: float = 1.0) -> lis
 
 
 async def consumed(settings: Settings, topics: list[str]) -> bool:
-    """Whether the pipeline's group has committed every record of ``topics``. Only for topics the
-    pipeline itself produces: against Tansu it sends one record per batch, so end offsets hold."""
-    async with group_offsets(settings) as consumer:
-        tps = [TopicPartition(t, p) for t in topics for p in range(settings.kafka.topic_partitions)]
-        ends = await consumer.end_offsets(tps)
-        for tp in tps:
-            if ends[tp] and (await consumer.committed(tp) or 0) < ends[tp]:
-                return False
-        return True
+    """Whether the pipeline's group has committed every record of ``topics``."""
+    tps = [TopicPartition(t, p) for t in topics for p in range(settings.kafka.topic_partitions)]
+    async with group_offsets(settings) as group:
+        committed = {tp: await group.committed(tp) or 0 for tp in tps}
+    ends = await log_ends(settings, committed)
+    return all(committed[tp] >= ends[tp] for tp in tps)
+
+
+async def log_ends(
+    settings: Settings, start: Mapping[TopicPartition, int], timeout: float = 30.0
+) -> dict[TopicPartition, int]:
+    """Each partition's log end (high watermark) as a fetch from ``start`` reports it. Not
+    ``end_offsets``: Tansu answers those with the last batch's first offset + 1, which is short of
+    the end wherever that batch holds several records (as the pipeline's producers send)."""
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, fetch_max_wait_ms=50)
+    await consumer.start()
+    try:
+        consumer.assign(list(start))
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (missing := [tp for tp in start if consumer.highwater(tp) is None]) and loop.time() < deadline:
+            await consumer.getmany(*missing, timeout_ms=100, max_records=1)
+        if missing:
+            raise TimeoutError(f"no fetch answered for {missing} in {timeout:.0f} s")
+        return {tp: consumer.highwater(tp) for tp in start}
+    finally:
+        await consumer.stop()
 
 
 async def settled(settings: Settings) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import faust
 from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducerService
-from faust.types import TP
+from faust.types import TP, ProducerT
 
 from memstream.adapters import metrics
 from memstream.adapters.kafka import track_topics
@@ -55,6 +55,8 @@ log = logging.getLogger("memstream")
 # How long a rebalance waits for the recalls still reading a revoked partition's store (a recall takes
 # tens of milliseconds; the consumer group's rebalance timeout is far longer).
 RELEASE_WAIT_S = 10.0
+# The batch size of the pipeline records' producer on Tansu (_records_producer): faust's default.
+RECORDS_MAX_BATCH_BYTES = 16384
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class Worker:
         self.barrier = ReadYourWrites(
             Takeover(settings, settings.kafka.topic(MEMORY_UPDATES.name)), OwnWrites()
         )
+        self.records = _records_producer(self.app, settings)
         self.publish = Publisher(self._send, self.barrier.own)
         self.handlers = Handlers(
             consolidation,
@@ -229,9 +232,10 @@ class Worker:
         )
 
     def _send(self, name: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
-        return self.app.producer.send(
-            self.settings.kafka.topic(name), key, value, None, None, headers or None
-        )
+        # Memory updates keep the app's producer: the takeover and the gateway's resume read their
+        # topic's end offsets, which Tansu gets right only for one-record batches (_records_producer).
+        producer = self.app.producer if name == MEMORY_UPDATES.name else self.records
+        return producer.send(self.settings.kafka.topic(name), key, value, None, None, headers or None)
 
     def _wire(self) -> None:
         """Rebalance hooks, timers and pages."""
@@ -269,6 +273,22 @@ class Worker:
         if not self.leases.wait_idle(gone, RELEASE_WAIT_S):
             log.warning("closing the stores of partitions %s under a recall still running", gone)
         self.shards.release(gone)
+
+
+def _records_producer(app: faust.App, settings: Settings) -> ProducerT:
+    """The producer of the pipeline's own records (windows, requests, dead letters, deferred work).
+    Against Tansu, the app's producer sends one record per batch, so that the tables' changelogs keep
+    end offsets faust's recovery can trust (faust_adapter.py); but a producer holds one unsent batch
+    per partition and sends one request at a time, so a batch's records then went out one round trip
+    each: a fifth of a worker's CPU at ingest (bench/RESULTS.md). These records are batched by a
+    producer of their own: nothing reads their topics' end offsets (kafka.consumed reads the log's end
+    from fetches). Elsewhere the app's producer batches already."""
+    if not settings.kafka.tansu_quirks:
+        return app.producer
+    producer = app.transport.create_producer(loop=app.loop, beacon=app.beacon)
+    producer.max_batch_size = RECORDS_MAX_BATCH_BYTES
+    app.add_dependency(producer)  # started and stopped with the app
+    return producer
 
 
 def _faust_app(settings: Settings) -> faust.App:
