@@ -310,6 +310,20 @@ def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
     assert store.search_many(SPEC.name, []) == []
 
 
+def test_search_ids_are_search_many_without_the_rest(store: VectorStore) -> None:
+    seed_users(store)
+    queries = [
+        SearchQuery(q, 4, Filter(equals={"user": f"user-{i % 3}"}, ranges={"ts": Range(lt=1000 + 3 + i)}))
+        for i, q in enumerate(rand_vecs(6, seed=12))
+    ]
+    pairs = store.search_ids(SPEC.name, queries)
+    hits = store.search_many(SPEC.name, queries)
+    assert [[i for i, _ in p] for p in pairs] == [[h.id for h in one] for one in hits]
+    assert [[s for _, s in p] for p in pairs] == [[h.score for h in one] for one in hits]
+    assert any(pairs) and all(isinstance(i, str) for p in pairs for i, _ in p)
+    assert store.search_ids(SPEC.name, []) == []
+
+
 def test_search_returns_only_the_payload_asked_for(store: VectorStore) -> None:
     seed_users(store, users=1)
     flt = Filter(equals={"user": "user-0"})

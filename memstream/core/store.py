@@ -142,17 +142,22 @@ def scroll_all(store: VectorStore, collection: str, flt: Filter | None = None, p
 
 
 def vectors_of(
-    point: Point, sparse: str | None, multi: str | None, sparse_as: Callable[[SparseVector], Any]
+    point: Point,
+    sparse: str | None,
+    multi: str | None,
+    sparse_as: Callable[[SparseVector], Any],
+    dense_as: Callable[[npt.NDArray[np.float32]], Any],
 ) -> Any:
     """``point``'s vectors as Qdrant takes them (Edge and qdrant-client alike): its dense vector alone,
     or under ``""`` beside the collection's named sparse vector (``sparse_as`` converts it) and
-    multivector, those of them that the collection and the point have."""
-    dense = point.vector.tolist()
+    multivector (a list of rows), those of them that the collection and the point have. ``dense_as``
+    converts the dense vector and each multivector row."""
+    dense = dense_as(point.vector)
     named: dict[str, Any] = {}
     if sparse is not None and point.sparse is not None:
         named[sparse] = sparse_as(point.sparse)
     if multi is not None and point.multi is not None:
-        named[multi] = point.multi.tolist()
+        named[multi] = [dense_as(row) for row in point.multi]
     return {"": dense, **named} if named else dense
 
 
@@ -224,6 +229,10 @@ class VectorStore(Protocol):
         """For each query, the top ``limit`` points by cosine among those matching its filter, plus,
         where the query and the collection have a sparse vector, the top ``sparse_limit`` by sparse
         score; every hit scored by its cosine, best first. The queries are planned as one batch."""
+
+    def search_ids(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[tuple[str, float]]]:
+        """``search_many``'s hits as (id, score) pairs, best first: for a caller that reads nothing else
+        (ingest's neighbour check, once a turn), without a ``Hit`` and its payload for every point."""
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         """Merge ``values`` into the payload of each point."""

@@ -16,13 +16,12 @@ and summarizers read units by interval, so a late unit still lands in its day/we
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from memstream.schemas.events import NAMESPACE, CloseReason, WindowClosed, WindowLevel
+from memstream.schemas.events import CloseReason, WindowClosed, WindowLevel, name_id
 
 CALENDAR_LEVELS = (WindowLevel.DAY, WindowLevel.WEEK, WindowLevel.MONTH)
 
@@ -148,7 +147,7 @@ def _open_session(session_id: str, ts: datetime) -> Window:
 def _closed(state: UserWindows, level: WindowLevel, w: Window, reason: CloseReason) -> WindowClosed:
     ident = f"window/{state.tenant}/{state.user_id}/{level.value}/{w.start.isoformat()}/{w.session_id or ''}"
     return WindowClosed(
-        window_id=str(uuid.uuid5(NAMESPACE, ident)),
+        window_id=name_id(ident),
         tenant=state.tenant,
         user_id=state.user_id,
         level=level,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 import uuid
 from datetime import datetime
@@ -140,8 +141,21 @@ def partition_key(tenant: str, user_id: str) -> str:
     return f"{tenant}/{user_id}"
 
 
+_NAMESPACE_BYTES = NAMESPACE.bytes
+# A hex digit with its top two bits set to 10 (the RFC 4122 variant): 0, 4, 8, c -> 8; 1, 5, 9, d -> 9...
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+
+
+def name_id(name: str) -> str:
+    """``str(uuid.uuid5(NAMESPACE, name))``, formatted from the SHA-1 digest directly: a third of the cost
+    without the UUID object (~0.9 us against 2.7), and ingest makes one a turn. Version 5 goes in the
+    13th hex digit, the RFC 4122 variant (binary 10) in the top bits of the 17th."""
+    h = hashlib.sha1(_NAMESPACE_BYTES + name.encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
+
+
 def unit_id_for(tenant: str, user_id: str, turn_id: str) -> str:
-    return str(uuid.uuid5(NAMESPACE, f"unit/{tenant}/{user_id}/{turn_id}"))
+    return name_id(f"unit/{tenant}/{user_id}/{turn_id}")
 
 
 class Role(StrEnum):

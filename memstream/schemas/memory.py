@@ -22,13 +22,12 @@ episode's units). Recall and evaluation credit the first only.
 
 from __future__ import annotations
 
-import uuid
 from enum import StrEnum
 from typing import Any
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from memstream.schemas.events import NAMESPACE, Record, StoredIdentifier, TenantId, partition_key
+from memstream.schemas.events import Record, StoredIdentifier, TenantId, name_id, partition_key
 
 
 class MemoryKind(StrEnum):
@@ -184,4 +183,4 @@ class MemoryUpdate(Record):
 
 def memory_id(*parts: str) -> str:
     """Deterministic id of a memory from what identifies it (kind, user, window, triple...)."""
-    return str(uuid.uuid5(NAMESPACE, "/".join(parts)))
+    return name_id("/".join(parts))

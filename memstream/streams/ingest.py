@@ -376,7 +376,7 @@ class IngestProcessor:
         sees the top-k buffered earlier units, from the store and from this batch. Marks made
         earlier in the batch are not in the store yet (they are written with the units), so they
         are excluded here, and a store result that held a now-marked unit is asked again."""
-        from_store = store.search_many(
+        from_store = store.search_ids(
             UNITS,
             [
                 self._neighbour_query(u, v, (), bounded=u.key not in latest or u.ts <= latest[u.key])
@@ -386,12 +386,17 @@ class IngestProcessor:
         peers = _batch_peers(units, vectors)
         metrics.RECURRENCE_CHECKS.inc(len(units))
         marked: set[str] = set()
+        # The same marks by user: a cluster's members are its trigger's neighbours, all of its user, and
+        # the neighbour query already leaves out other users' units, so a user's own marks are all it
+        # needs to exclude (each excluded id costs Edge a UUID parse).
+        marked_by_user: dict[str, set[str]] = {}
         fired: dict[str, ConsolidationRequest] = {}
         for i, unit in enumerate(units):
             hits = from_store[i]
-            if any(h.id in marked for h in hits):
-                hits = store.search_many(UNITS, [self._neighbour_query(unit, vectors[i], marked)])[0]
-            candidates = [Neighbour(h.id, h.score, False) for h in hits]
+            if any(h in marked for h, _ in hits):
+                mine = marked_by_user[unit.key]
+                hits = store.search_ids(UNITS, [self._neighbour_query(unit, vectors[i], mine)])[0]
+            candidates = [Neighbour(h, s, False) for h, s in hits]
             candidates += [
                 Neighbour(units[j].unit_id, s, False) for j, s in peers[i] if units[j].unit_id not in marked
             ]
@@ -404,6 +409,7 @@ class IngestProcessor:
             if cluster is None:
                 continue
             marked.update(cluster.unit_ids)
+            marked_by_user.setdefault(unit.key, set()).update(cluster.unit_ids)
             fired[unit.unit_id] = ConsolidationRequest(
                 request_id=cluster.request_id,
                 tenant=unit.tenant,

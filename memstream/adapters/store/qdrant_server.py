@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 import httpx
+import numpy as np
+import numpy.typing as npt
 import pydantic
 from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
@@ -146,7 +148,7 @@ class QdrantServerStore:
         sparse, multi = self._sparse.get(collection), self._multi.get(collection)
         structs = [
             models.PointStruct(
-                id=p.id, vector=vectors_of(p, sparse, multi, _qdrant_sparse), payload=p.payload
+                id=p.id, vector=vectors_of(p, sparse, multi, _qdrant_sparse, _floats), payload=p.payload
             )
             for p in points
         ]
@@ -171,6 +173,9 @@ class QdrantServerStore:
         with _outage_as_unavailable():
             responses = self._client.query_batch_points(collection, requests)
         return [[hit_of(p, p.score) for p in r.points] for r in responses]
+
+    def search_ids(self, collection: str, queries: Sequence[SearchQuery]) -> list[list[tuple[str, float]]]:
+        return [[(h.id, h.score) for h in hits] for hits in self.search_many(collection, queries)]
 
     def set_payload(self, collection: str, ids: Sequence[str], values: Mapping[str, Any]) -> None:
         if not ids:
@@ -199,6 +204,10 @@ class QdrantServerStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _floats(vector: npt.NDArray[np.float32]) -> list[float]:
+    return vector.tolist()  # qdrant-client's models validate lists of floats
 
 
 def _qdrant_sparse(vector: SparseVector) -> models.SparseVector:
