@@ -66,7 +66,8 @@ class KafkaSettings(_Group):
     topic_partitions: int = Field(4, ge=1, description="partitions of topics memstream creates")
     app_id: str = Field("memstream", description="faust app id = consumer group prefix")
     tansu_quirks: bool = Field(
-        False, description="work around Tansu's quirks (one record per produce batch, short joins)"
+        False,
+        description="work around Tansu's quirks (one-record batches where end offsets are read, short joins)",
     )
     topic_replication_factor: int = Field(
         1,
