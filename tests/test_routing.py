@@ -51,7 +51,15 @@ from memstream.schemas.topics import CONSOLIDATION, DEAD_LETTER, TURNS, WINDOWS
 from memstream.streams.faust_adapter import faust_settings
 from memstream.streams.ingest import Incoming, IngestProcessor
 from memstream.streams.routing import misplaced
-from tests.conftest import AnyBroker, consolidated_units, make_pipeline, ready, small_talk_units, wait_for
+from tests.conftest import (
+    AnyBroker,
+    consolidated_units,
+    each_worker_owns_a_partition,
+    make_pipeline,
+    ready,
+    small_talk_units,
+    wait_for,
+)
 from tests.partitioners import (
     Partitioner,
     fnv1a_32,
@@ -221,6 +229,9 @@ def _reach_their_users_memory(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: ready(url), 120, "the gateway to be ready")
+        # Else the rebalance as the second worker joins redelivers what the first had not committed:
+        # forwarded again, which the rerouted count below would count twice (seen once on Kafka).
+        wait_for(lambda: each_worker_owns_a_partition(settings), 120, "both workers to own partitions")
         off = send(settings)
         asyncio.run(_bad(settings, nobody, someone))
         if misplaces:
