@@ -295,12 +295,17 @@ def test_search_scores_are_cosine_best_first(store: VectorStore) -> None:
     assert top.score == pytest.approx(1.0, abs=1e-5)
 
 
+def _user_queries(seed: int) -> list[SearchQuery]:
+    """Six queries over ``seed_users``'s points, each for one user and a time bound."""
+    return [
+        SearchQuery(q, 4, Filter(equals={"user": f"user-{i % 3}"}, ranges={"ts": Range(lt=1000 + 3 + i)}))
+        for i, q in enumerate(rand_vecs(6, seed=seed))
+    ]
+
+
 def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
     seed_users(store)
-    queries = [
-        SearchQuery(q, 4, Filter(equals={"user": f"user-{i % 3}"}, ranges={"ts": Range(lt=1000 + 3 + i)}))
-        for i, q in enumerate(rand_vecs(6, seed=11))
-    ]
+    queries = _user_queries(seed=11)
     batched = store.search_many(SPEC.name, queries)
     assert len(batched) == len(queries)
     for q, hits in zip(queries, batched, strict=True):
@@ -312,10 +317,7 @@ def test_search_many_equals_one_search_per_query(store: VectorStore) -> None:
 
 def test_search_ids_are_search_many_without_the_rest(store: VectorStore) -> None:
     seed_users(store)
-    queries = [
-        SearchQuery(q, 4, Filter(equals={"user": f"user-{i % 3}"}, ranges={"ts": Range(lt=1000 + 3 + i)}))
-        for i, q in enumerate(rand_vecs(6, seed=12))
-    ]
+    queries = _user_queries(seed=12)
     pairs = store.search_ids(SPEC.name, queries)
     hits = store.search_many(SPEC.name, queries)
     assert [[i for i, _ in p] for p in pairs] == [[h.id for h in one] for one in hits]

@@ -385,20 +385,19 @@ class IngestProcessor:
         )
         peers = _batch_peers(units, vectors)
         metrics.RECURRENCE_CHECKS.inc(len(units))
-        marked: set[str] = set()
-        # The same marks by user: a cluster's members are its trigger's neighbours, all of its user, and
-        # the neighbour query already leaves out other users' units, so a user's own marks are all it
-        # needs to exclude (each excluded id costs Edge a UUID parse).
-        marked_by_user: dict[str, set[str]] = {}
+        # Marks by user: a unit's store hits and batch peers are all of its user (the neighbour query's
+        # buffer condition), so its own user's marks are all it needs to exclude (each id excluded from
+        # a query costs Edge a UUID parse).
+        marked: dict[str, set[str]] = {}
         fired: dict[str, ConsolidationRequest] = {}
         for i, unit in enumerate(units):
+            mine = marked.get(unit.key, set())
             hits = from_store[i]
-            if any(h in marked for h, _ in hits):
-                mine = marked_by_user[unit.key]
+            if any(h in mine for h, _ in hits):
                 hits = store.search_ids(UNITS, [self._neighbour_query(unit, vectors[i], mine)])[0]
             candidates = [Neighbour(h, s, False) for h, s in hits]
             candidates += [
-                Neighbour(units[j].unit_id, s, False) for j, s in peers[i] if units[j].unit_id not in marked
+                Neighbour(units[j].unit_id, s, False) for j, s in peers[i] if units[j].unit_id not in mine
             ]
             cluster = recurrence(
                 unit.unit_id,
@@ -408,8 +407,7 @@ class IngestProcessor:
             )
             if cluster is None:
                 continue
-            marked.update(cluster.unit_ids)
-            marked_by_user.setdefault(unit.key, set()).update(cluster.unit_ids)
+            marked.setdefault(unit.key, set()).update(cluster.unit_ids)
             fired[unit.unit_id] = ConsolidationRequest(
                 request_id=cluster.request_id,
                 tenant=unit.tenant,
