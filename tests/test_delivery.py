@@ -56,28 +56,35 @@ def test_a_revoked_partition_waits_for_its_next_seek() -> None:
     log_end=st.integers(1, 40),
     steps=st.lists(
         st.tuples(
-            st.sampled_from(["fetch", "stale", "seek", "paused"]), st.integers(0, 40), st.integers(1, 8)
+            st.sampled_from(["fetch", "stale", "seek", "paused", "process", "empty"]),
+            st.integers(0, 40),
+            st.integers(1, 8),
         ),
         max_size=40,
     ),
 )
-def test_delivery_is_contiguous_and_every_record_arrives(
+def test_delivery_is_contiguous_and_every_record_is_processed(
     log_end: int, steps: list[tuple[str, int, int]]
 ) -> None:
     """A consumer over a log of ``log_end`` records: fetches from its position, stale fetches
-    (records from anywhere, handed over after a seek though fetched before it), and seeks back to
-    any offset not past what was delivered (faust seeks to the committed offset), and fetches
-    while the streams do not flow yet. Whatever the mix, each record first arrives right after
-    its predecessor, and fetching to the end delivers every record."""
+    (records from anywhere, handed over after a seek though fetched before it), seeks back to the
+    committed offset or before it, fetches while the streams do not flow yet, agents processing
+    their queue, and faust emptying the queues. Whatever the mix, each record is first processed
+    right after its predecessor, and fetching to the end processes every record."""
     order = InOrder()
     position = 0  # the broker-side fetch position
-    delivered: list[int] = []
+    queue: list[int] = []  # delivered, waiting for the agent
+    processed: list[int] = []
 
     def seek(offset: int) -> None:
         nonlocal position
         order.seeking(TP)
         position = offset
         order.sought(TP, offset)
+
+    def committed() -> int:  # commits cover processed records only, in a contiguous run
+        done = set(processed)
+        return next(o for o in range(log_end + 1) if o not in done)
 
     def fetch(first: int, count: int, stale: bool, flowing: bool = True) -> None:
         nonlocal position
@@ -87,10 +94,16 @@ def test_delivery_is_contiguous_and_every_record_arrives(
         for offset in batch:
             verdict = order.admit(TP, offset, flowing)
             if verdict is Verdict.DELIVER and flowing:  # a stream skips what arrives before it flows
-                delivered.append(offset)
+                queue.append(offset)
             elif verdict is Verdict.REWIND:
                 seek(order.rewind_to(TP, earliest=0)[0])
                 return  # the rest of this fetch is stale
+
+    def process(count: int) -> None:
+        for offset in queue[:count]:
+            processed.append(offset)
+            order.done(TP, offset)
+        del queue[:count]
 
     seek(0)
     for kind, offset, count in steps:
@@ -100,13 +113,20 @@ def test_delivery_is_contiguous_and_every_record_arrives(
             fetch(offset % log_end, count, stale=True)
         elif kind == "paused":
             fetch(position, count, stale=False, flowing=False)
+        elif kind == "process":
+            process(count)
+        elif kind == "empty":
+            queue.clear()
+            for offset in order.emptied().values():
+                seek(offset)
         else:
-            seek(min(offset, (delivered[-1] + 1) if delivered else 0))
+            seek(min(offset, committed()))
     for _ in range(2 * log_end + 2):  # drain
         fetch(position, 8, stale=False)
-    assert set(delivered) == set(range(log_end))
+        process(len(queue))
+    assert set(processed) == set(range(log_end))
     first_seen: list[int] = []  # rewinds only repeat a prefix
-    for offset in delivered:
+    for offset in processed:
         if offset not in first_seen:
             first_seen.append(offset)
     assert first_seen == list(range(log_end))
@@ -120,13 +140,35 @@ def test_a_record_fetched_before_the_streams_flow_is_held_back_and_read_again() 
     assert order.admit(TP, 768) is Verdict.DELIVER
 
 
-def test_emptied_queues_make_every_partition_wait_to_be_read_again() -> None:
+def test_emptied_queues_read_a_partition_again_from_its_first_record_not_processed() -> None:
     order = sought(InOrder(), 3)
-    assert order.admit(TP, 3) is Verdict.DELIVER  # taken from the fetch, lost from a queue
-    assert order.emptied() == [TP]
-    assert order.admit(TP, 4) is Verdict.WAIT
-    sought(order, 3)  # read again from the committed offset
-    assert order.admit(TP, 3) is Verdict.DELIVER
+    assert [order.admit(TP, o) for o in (3, 4, 5)] == [Verdict.DELIVER] * 3
+    order.done(TP, 3)  # processed; 4 and 5 were still in a queue when faust emptied it
+    assert order.emptied() == {TP: 4}
+    assert order.admit(TP, 6) is Verdict.WAIT
+    sought(order, 4)
+    assert order.admit(TP, 4) is Verdict.DELIVER
+
+
+def test_emptied_queues_leave_a_partition_whose_records_were_all_processed_where_it_is() -> None:
+    """Reading it again from the committed offset would process a second time everything the agents
+    finished since the last commit (found: turns sent while a rebalance ended counted as duplicates)."""
+    order = sought(InOrder(), 3)
+    for offset in (3, 4):
+        assert order.admit(TP, offset) is Verdict.DELIVER
+        order.done(TP, offset)
+    assert order.emptied() == {}
+    assert order.admit(TP, 5) is Verdict.DELIVER
+
+
+def test_a_seek_back_forgets_the_records_it_fetches_again_and_a_revocation_forgets_them_all() -> None:
+    order = sought(InOrder(), 3)
+    assert [order.admit(TP, o) for o in (3, 4, 5)] == [Verdict.DELIVER] * 3
+    sought(order, 4)  # 4 and 5 come again; 3 is still on its way through an agent
+    assert order.emptied() == {TP: 3}
+    sought(order, 3)
+    order.forget(TP)
+    assert order.emptied() == {}
 
 
 def test_a_rewind_has_nothing_to_seek_once_the_partition_was_sought_emptied_or_revoked_meanwhile() -> None:
@@ -135,6 +177,14 @@ def test_a_rewind_has_nothing_to_seek_once_the_partition_was_sought_emptied_or_r
     whoever did it (found: a worker crashed on KeyError right after a RocksDB restart)."""
     for meanwhile in (lambda o: o.emptied(), lambda o: o.seeking(TP), lambda o: o.forget(TP)):
         order = sought(InOrder(), 3)
+        assert order.admit(TP, 3) is Verdict.DELIVER  # not processed yet: emptying reads it again
         assert order.admit(TP, 5) is Verdict.REWIND
         meanwhile(order)
         assert order.rewind_to(TP, earliest=0) is None
+
+
+def test_a_rewind_still_seeks_when_the_queues_were_emptied_of_nothing_of_its_partition() -> None:
+    order = sought(InOrder(), 3)
+    assert order.admit(TP, 5) is Verdict.REWIND
+    assert order.emptied() == {}
+    assert order.rewind_to(TP, earliest=0) == (3, range(0))

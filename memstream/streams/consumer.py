@@ -72,14 +72,13 @@ class RewindingConsumer(AIOKafkaConsumer):
     def queues_emptied(self) -> None:
         if not self.app.flow_control.is_active():
             return  # emptied for a revocation: the next assignment seeks every partition anyway
-        tps = self._order.emptied()
-        if tps:
-            self.add_future(self._read_again(tps))
+        again = self._order.emptied()
+        if again:
+            self.add_future(self._read_again(again))
 
-    async def _read_again(self, tps: list[TP]) -> None:
-        for tp in tps:
+    async def _read_again(self, again: Mapping[TP, int]) -> None:
+        for tp, offset in again.items():
             try:
-                offset = self._committed_offset.get(tp) or (await self.earliest_offsets(tp)).get(tp, 0)
                 await self.seek(tp, offset)
             except Exception as exc:  # revoked meanwhile: its next assignment seeks it
                 log.debug("%s/%d not read again: %r", tp.topic, tp.partition, exc)
@@ -165,6 +164,7 @@ class RewindingConsumer(AIOKafkaConsumer):
     def ack(self, message: Message) -> bool:
         app = self.app
         if app.flow_control.is_active() and message.generation_id == app.consumer_generation_id:
+            self._order.done(message.tp, message.offset)
             return super().ack(message)
         with ack_lock:  # released, not committable: see the module docstring
             message.acked = True
