@@ -21,8 +21,11 @@ def test_extractive_settle_time_is_measured_after_ingest() -> None:
     # Settling waits for every user's last session to close by idleness (3 s here) at least.
     assert result["windows_closed_after_ingest_s"] >= 2.5
     assert result["settle_after_ingest_s"] >= result["windows_closed_after_ingest_s"]
-    ratio = result["settle_after_ingest_s"] / result["ingest_s"]  # of figures rounded to 0.1 s
-    assert result["settle_ratio"] == pytest.approx(ratio, rel=0.05)
+    # The ratio is of the unrounded times; each figure shown is rounded to 0.1 s (the ratio to 0.01),
+    # which moves a ratio over an ingest of 0.4 s by more than 10 % (seen: 14.8 from 6.3 s / 0.4 s).
+    settle, ingest, half = result["settle_after_ingest_s"], result["ingest_s"], 0.05
+    low, high = (settle - half) / (ingest + half), (settle + half) / max(ingest - half, 1e-9)
+    assert low - 0.005 <= result["settle_ratio"] <= high + 0.005
     assert "llm_calls" not in result
 
 

@@ -56,7 +56,7 @@ def test_a_revoked_partition_waits_for_its_next_seek() -> None:
     log_end=st.integers(1, 40),
     steps=st.lists(
         st.tuples(
-            st.sampled_from(["fetch", "stale", "seek", "paused", "process", "empty"]),
+            st.sampled_from(["fetch", "stale", "seek", "paused", "process", "empty", "dropped"]),
             st.integers(0, 40),
             st.integers(1, 8),
         ),
@@ -69,8 +69,10 @@ def test_delivery_is_contiguous_and_every_record_is_processed(
     """A consumer over a log of ``log_end`` records: fetches from its position, stale fetches
     (records from anywhere, handed over after a seek though fetched before it), seeks back to the
     committed offset or before it, fetches while the streams do not flow yet, agents processing
-    their queue, and faust emptying the queues. Whatever the mix, each record is first processed
-    right after its predecessor, and fetching to the end processes every record."""
+    their queue, faust emptying the queues, and faust dropping a fetch (its getmany stops mid-fetch
+    when the flow stops or the generation changes; the streams resume after, emptying the queues).
+    Whatever the mix, each record is first processed right after its predecessor, and fetching to
+    the end processes every record."""
     order = InOrder()
     position = 0  # the broker-side fetch position
     queue: list[int] = []  # delivered, waiting for the agent
@@ -115,7 +117,9 @@ def test_delivery_is_contiguous_and_every_record_is_processed(
             fetch(position, count, stale=False, flowing=False)
         elif kind == "process":
             process(count)
-        elif kind == "empty":
+        elif kind in ("empty", "dropped"):
+            if kind == "dropped":
+                position = min(position + count, log_end)
             queue.clear()
             for offset in order.emptied().values():
                 seek(offset)
@@ -150,14 +154,18 @@ def test_emptied_queues_read_a_partition_again_from_its_first_record_not_process
     assert order.admit(TP, 4) is Verdict.DELIVER
 
 
-def test_emptied_queues_leave_a_partition_whose_records_were_all_processed_where_it_is() -> None:
-    """Reading it again from the committed offset would process a second time everything the agents
-    finished since the last commit (found: turns sent while a rebalance ended counted as duplicates)."""
+def test_emptied_queues_read_a_partition_whose_records_were_all_processed_from_its_next_offset() -> None:
+    """Not from the committed offset: that processed a second time everything the agents finished
+    since the last commit (found: turns sent while a rebalance ended counted as duplicates). Not left
+    where it is either: faust may have dropped records it had fetched, and with nothing fetched
+    after them no rewind would bring them back (found: a survivor stuck at 22 of 573 turns)."""
     order = sought(InOrder(), 3)
     for offset in (3, 4):
         assert order.admit(TP, offset) is Verdict.DELIVER
         order.done(TP, offset)
-    assert order.emptied() == {}
+    assert order.emptied() == {TP: 5}
+    assert order.admit(TP, 5) is Verdict.WAIT
+    sought(order, 5)
     assert order.admit(TP, 5) is Verdict.DELIVER
 
 
@@ -169,6 +177,8 @@ def test_a_seek_back_forgets_the_records_it_fetches_again_and_a_revocation_forge
     sought(order, 3)
     order.forget(TP)
     assert order.emptied() == {}
+    sought(order, 3)
+    assert order.emptied() == {TP: 3}  # the pending records went with the revocation
 
 
 def test_a_rewind_has_nothing_to_seek_once_the_partition_was_sought_emptied_or_revoked_meanwhile() -> None:
@@ -177,14 +187,6 @@ def test_a_rewind_has_nothing_to_seek_once_the_partition_was_sought_emptied_or_r
     whoever did it (found: a worker crashed on KeyError right after a RocksDB restart)."""
     for meanwhile in (lambda o: o.emptied(), lambda o: o.seeking(TP), lambda o: o.forget(TP)):
         order = sought(InOrder(), 3)
-        assert order.admit(TP, 3) is Verdict.DELIVER  # not processed yet: emptying reads it again
         assert order.admit(TP, 5) is Verdict.REWIND
         meanwhile(order)
         assert order.rewind_to(TP, earliest=0) is None
-
-
-def test_a_rewind_still_seeks_when_the_queues_were_emptied_of_nothing_of_its_partition() -> None:
-    order = sought(InOrder(), 3)
-    assert order.admit(TP, 5) is Verdict.REWIND
-    assert order.emptied() == {}
-    assert order.rewind_to(TP, earliest=0) == (3, range(0))

@@ -24,10 +24,11 @@ the offset after the last one delivered, or the offset it was last sought to.
   rebalance: table recovery resumes the streams, then resumes them again after another seek,
   and resuming empties the queues; found: a closed window delivered in between was never
   processed, its offset never committed): a partition is read again from its first record
-  delivered but not yet processed (``emptied``). Reading again from the committed offset
-  instead processed a second time what the agents had finished since the last commit (found:
-  turns sent while a rebalance ended were counted as duplicates, ~100 a worker with 100 ms
-  fetches on Kafka).
+  delivered but not yet processed, or from its next offset when all were (``emptied``; faust
+  may also have dropped fetched records without handing them over). Reading again from the
+  committed offset instead processed a second time what the agents had finished since the last
+  commit (found: turns sent while a rebalance ended were counted as duplicates, ~100 a worker
+  with 100 ms fetches on Kafka).
 
 Pure bookkeeping over plain data; ``streams/consumer.py`` does the fetching and seeking.
 """
@@ -80,12 +81,13 @@ class InOrder(Generic[K]):
             pending.discard(offset)
 
     def emptied(self) -> dict[K, int]:
-        """faust emptied the agents' queues: records delivered but not yet taken are gone. The
-        partitions to read again, each from its first record delivered and not processed; until
-        then they wait. A partition whose records were all processed goes on where it is."""
-        again = {tp: min(pending) for tp, pending in self._pending.items() if pending}
-        for tp in again:
-            self._expected.pop(tp, None)
+        """faust emptied the agents' queues: records delivered but not yet taken are gone. Every
+        sought partition is read again from its first record delivered and not processed, or from
+        its next offset when all were: faust's getmany may also have dropped records it had
+        fetched (it stops mid-fetch when the flow stops or the generation changes), so the fetch
+        position is brought back to what was delivered. Until then the partitions wait."""
+        again = {tp: min(self._pending.get(tp) or (expected,)) for tp, expected in self._expected.items()}
+        self._expected.clear()
         return again
 
     def admit(self, tp: K, offset: int, flowing: bool = True) -> Verdict:
