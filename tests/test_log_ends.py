@@ -13,7 +13,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from memstream.adapters.kafka import client_kwargs, consumed, ensure_topics, log_ends
 from memstream.adapters.settings import KafkaSettings, Settings
-from memstream.streams.consumer import FETCH_MAX_WAIT_MS
 from memstream.streams.worker import RECORDS_MAX_BATCH_BYTES, _faust_app, _records_producer
 from tests.conftest import AnyBroker
 
@@ -66,15 +65,3 @@ def test_on_tansu_the_pipelines_records_are_batched_while_the_tables_changelogs_
     kafka = Settings()
     app = _faust_app(kafka)
     assert _records_producer(app, kafka) is app.producer
-
-
-async def test_fetches_wait_100_ms_on_either_broker_not_fausts_one_and_a_half_seconds() -> None:
-    # Tansu holds every fetch for its whole wait; on Kafka a fetch held for idle partitions delays the
-    # next one for a partition with data (streams/consumer.py).
-    for settings in (Settings(), Settings(kafka=KafkaSettings(tansu_quirks=True))):
-        app = _faust_app(settings)
-        consumer = app.consumer._new_consumer_thread()._create_worker_consumer(app.transport)
-        try:
-            assert consumer._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 100
-        finally:
-            await consumer.stop()

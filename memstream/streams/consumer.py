@@ -24,12 +24,10 @@ first commit of a partition, then restarted: the records it had not committed we
 Here such partitions are sought to their earliest offset; processing is idempotent, so reading
 them again costs time, never correctness.
 
-Fetches wait 100 ms, not faust's fixed 1.5 s. Tansu answers a fetch only when its wait is up (measured:
-0.45 s from produce to consume with faust's wait, 1-7 ms with 100 ms), which every hop between agents
-(consolidation -> memory.updates -> index) would pay. Kafka answers as soon as a record arrives, but
-aiokafka keeps one fetch per broker in flight: a fetch for partitions with nothing new (another topic's,
-or ingest's own while flow control paused them) is held the whole wait, and a partition resumed meanwhile
-waits for it. Ingesting a backlog, a worker ran dry for 0.3-0.65 s at a time (bench/RESULTS.md).
+Against Tansu (``TansuConsumer``), fetches wait less. faust asks the broker to hold a fetch up to
+1.5 s for data; Kafka answers as soon as a record arrives, Tansu only when the wait is up
+(measured: 0.45 s from produce to consume with faust's wait, 1-7 ms with 100 ms). Every hop
+between agents (consolidation -> memory.updates -> index) would pay it.
 """
 
 from __future__ import annotations
@@ -50,7 +48,7 @@ from memstream.streams.delivery import InOrder, Verdict
 
 log = logging.getLogger(__name__)
 
-FETCH_MAX_WAIT_MS = 100
+TANSU_FETCH_MAX_WAIT_MS = 100
 
 
 class _Emptied:
@@ -70,9 +68,6 @@ class RewindingConsumer(AIOKafkaConsumer):
         self._order: InOrder[TP] = InOrder()
         self._emptied = _Emptied(self)  # held here: faust keeps its queues in a WeakSet
         self.app.flow_control.manage_queue(self._emptied)  # type: ignore[arg-type]
-
-    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
-        return _ShortFetchThread(self, loop=self.loop, beacon=self.beacon)  # see the module docstring
 
     def queues_emptied(self) -> None:
         if not self.app.flow_control.is_active():
@@ -189,5 +184,10 @@ class _ShortFetchThread(AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         # faust passes a fixed 1,500 ms; aiokafka reads this when start() builds its fetcher.
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        consumer._fetch_max_wait_ms = TANSU_FETCH_MAX_WAIT_MS
         return consumer
+
+
+class TansuConsumer(RewindingConsumer):
+    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
+        return _ShortFetchThread(self, loop=self.loop, beacon=self.beacon)

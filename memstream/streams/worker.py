@@ -30,7 +30,7 @@ from memstream.core.units import UNITS
 from memstream.embedded_store.internal import serve_internal
 from memstream.embedded_store.read_leases import ReadLeases
 from memstream.schemas.topics import MEMORY_UPDATES, TopicSpec
-from memstream.streams.consumer import RewindingConsumer
+from memstream.streams.consumer import RewindingConsumer, TansuConsumer
 from memstream.streams.faust_adapter import ReadOffsets, faust_settings, on_rebalance
 from memstream.streams.handlers import (
     Clock,
@@ -294,8 +294,8 @@ def _records_producer(app: faust.App, settings: Settings) -> ProducerT:
 def _faust_app(settings: Settings) -> faust.App:
     app = faust.App(settings.kafka.app_id, monitor=ReadOffsets(), **faust_settings(settings))
     # faust takes the consumer class from its transport (streams/consumer.py: no skipped records;
-    # short fetch waits). faust types it a ClassVar, but set on this app's transport
+    # short fetch waits against Tansu). faust types it a ClassVar, but set on this app's transport
     # instance it leaves other apps in the process (tests) alone.
-    app.transport.Consumer = RewindingConsumer  # type: ignore[misc]
+    app.transport.Consumer = TansuConsumer if settings.kafka.tansu_quirks else RewindingConsumer  # type: ignore[misc]
     use_changelog_recovery(app)  # a database ahead of its changelog is emptied, not fatal
     return app
