@@ -65,9 +65,7 @@ class InOrder(Generic[K]):
         """The seek has finished: the next fetch of ``tp`` starts at ``offset``. Records from
         there on are delivered again; those before it are still on their way through the agents."""
         self._expected[tp] = offset
-        pending = self._pending.get(tp)
-        if pending:
-            self._pending[tp] = {o for o in pending if o < offset}
+        self._pending[tp] = {o for o in self._pending.get(tp, ()) if o < offset}
 
     def forget(self, tp: K) -> None:
         """``tp`` was revoked: it waits for its next assignment's seek, to the committed offset."""
@@ -102,7 +100,7 @@ class InOrder(Generic[K]):
         if offset > expected or not flowing:
             return Verdict.REWIND
         self._expected[tp] = offset + 1
-        self._pending.setdefault(tp, set()).add(offset)
+        self._pending[tp].add(offset)  # made by ``sought``, which every expected offset comes from
         return Verdict.DELIVER
 
     def rewind_to(self, tp: K, earliest: int) -> tuple[int, range] | None:

@@ -52,6 +52,7 @@ from memstream.schemas.events import (
 )
 
 T = TypeVar("T")
+_NO_MARKS: frozenset[str] = frozenset()  # a user with no cluster in the batch yet
 Located = tuple[int, T]  # (partition, value)
 
 
@@ -391,7 +392,7 @@ class IngestProcessor:
         marked: dict[str, set[str]] = {}
         fired: dict[str, ConsolidationRequest] = {}
         for i, unit in enumerate(units):
-            mine = marked.get(unit.key, set())
+            mine = marked.get(unit.key, _NO_MARKS)
             hits = from_store[i]
             if any(h in mine for h, _ in hits):
                 hits = store.search_ids(UNITS, [self._neighbour_query(unit, vectors[i], mine)])[0]
